@@ -1,0 +1,137 @@
+#pragma once
+// The multi-tensor engine, glue side (compiled with normal flags): argument
+// checking, layout normalization, chunking, deterministic per-tensor reduction,
+// and run-time selection of the per-ISA kernel tables.
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpu/types.h"
+
+namespace inductor_lamb::cpu {
+
+// ---- run-time ISA dispatch -------------------------------------------------
+
+Capability cpu_capability();                 // the active one
+Capability max_cpu_capability();             // the best this CPU and build support
+void set_cpu_capability(Capability c);       // force (errors above max_cpu_capability)
+
+// Picks the table for the active capability. Tables are named name_DEFAULT,
+// name_AVX2, name_AVX512 by the per-ISA objects (INDUCTOR_LAMB_ISA_SYMBOL).
+template <typename K>
+const K& select_kernels(const K& generic, const K* avx2, const K* avx512) {
+  switch (cpu_capability()) {
+    case Capability::AVX512: if (avx512) return *avx512; [[fallthrough]];
+    case Capability::AVX2: if (avx2) return *avx2; [[fallthrough]];
+    default: return generic;
+  }
+}
+
+#ifdef INDUCTOR_LAMB_HAVE_AVX2
+#define INDUCTOR_LAMB_DECL_AVX2(T, name) extern const T name##_AVX2;
+#define INDUCTOR_LAMB_PTR_AVX2(name) &name##_AVX2
+#else
+#define INDUCTOR_LAMB_DECL_AVX2(T, name)
+#define INDUCTOR_LAMB_PTR_AVX2(name) nullptr
+#endif
+#ifdef INDUCTOR_LAMB_HAVE_AVX512
+#define INDUCTOR_LAMB_DECL_AVX512(T, name) extern const T name##_AVX512;
+#define INDUCTOR_LAMB_PTR_AVX512(name) &name##_AVX512
+#else
+#define INDUCTOR_LAMB_DECL_AVX512(T, name)
+#define INDUCTOR_LAMB_PTR_AVX512(name) nullptr
+#endif
+
+// Declares the per-ISA tables of a kernel family (at namespace inductor_lamb::cpu).
+#define INDUCTOR_LAMB_DECLARE_KERNELS(T, name) \
+  extern const T name##_DEFAULT;               \
+  INDUCTOR_LAMB_DECL_AVX2(T, name)             \
+  INDUCTOR_LAMB_DECL_AVX512(T, name)
+// The table of the active ISA.
+#define INDUCTOR_LAMB_KERNELS(name) \
+  ::inductor_lamb::cpu::select_kernels(name##_DEFAULT, INDUCTOR_LAMB_PTR_AVX2(name), INDUCTOR_LAMB_PTR_AVX512(name))
+
+INDUCTOR_LAMB_DECLARE_KERNELS(EngineKernels, engine_kernels)
+
+// ---- argument checking -------------------------------------------------------
+
+// Checks with messages like "lamb_step_: grads[3] has shape [2, 3] but params[3] has shape [3, 2]".
+// Every check runs before any tensor is touched, so a failing call modifies nothing.
+class ArgChecker {
+ public:
+  explicit ArgChecker(const char* op) : op_(op) {}
+  const char* op() const { return op_; }
+
+  void same_length(const char* name, at::TensorList list, const char* ref_name, size_t n) const;
+  // `t` (list entry `name`[i]) must be defined, dense (strided), on `device`.
+  void dense_on(const at::Tensor& t, const char* name, size_t i, const at::Device& device) const;
+  void same_shape(const at::Tensor& t, const char* name, const at::Tensor& ref, const char* ref_name, size_t i) const;
+  void dtype_is(const at::Tensor& t, const char* name, size_t i, at::ScalarType expected) const;
+  void param_dtype(const at::Tensor& t, const char* name, size_t i) const;  // float32 / bfloat16 / float16
+  // A 0-d float32 tensor (lr, steps[i]); i < 0 for a non-list argument.
+  void scalar_tensor(const at::Tensor& t, const char* name, int64_t i, const at::Device& device) const;
+  // grad_scale / found_inf: one float32 element on `device`.
+  void optional_scalar(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) const;
+  void in_range(double v, const char* name, double lo, double hi, bool hi_open) const;
+
+  // The usual per-index rows: a gradient matches its param's device, shape and dtype;
+  // a float32 tensor (optimizer state, master param) matches its param's device and shape.
+  void grad_like(const at::Tensor& g, const char* name, size_t i, const at::Tensor& p) const {
+    dense_on(g, name, i, p.device());
+    same_shape(g, name, p, "params", i);
+    dtype_is(g, name, i, p.scalar_type());
+  }
+  void float_like(const at::Tensor& s, const char* name, size_t i, const at::Tensor& p) const {
+    dense_on(s, name, i, p.device());
+    same_shape(s, name, p, "params", i);
+    dtype_is(s, name, i, at::kFloat);
+  }
+
+ private:
+  const char* op_;
+};
+
+Dtype to_dtype(at::ScalarType s);
+
+// ---- layout normalization --------------------------------------------------
+
+// Gives one raw pointer per tensor of a list index (param, grad, states, ...) such
+// that element k of each is the same logical element. Tensors whose layouts agree
+// (any strides, dense, identical for all of them) are used in place with no copy;
+// otherwise each non-contiguous one is replaced by a contiguous copy, written
+// back by commit() if the op mutates it.
+class LayoutRow {
+ public:
+  // `row` holds the defined tensors of one index; mutated[k] says whether row[k] is written.
+  LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated);
+  void* ptr(size_t k) const { return row_[k].numel() ? row_[k].data_ptr() : nullptr; }
+  void commit();
+
+ private:
+  std::vector<at::Tensor> originals_;
+  std::vector<at::Tensor> row_;
+  std::vector<bool> mutated_;
+};
+
+// ---- chunking and reduction ------------------------------------------------
+
+constexpr int64_t kChunkElems = 16384;
+
+// Cuts every tensor into ranges of at most kChunkElems elements, in list order.
+std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels);
+
+// out[t * k + j] = sum over the chunks of tensor t (in chunk order) of partials[c * k + j].
+std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
+                                      int64_t k, int64_t num_tensors);
+
+// Sum over every tensor of a list of (scale * x)^2, deterministic: global grad-norm clipping.
+double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
+                    const std::vector<int64_t>& numels, float scale);
+
+// Reads grad_scale / found_inf (CPU): 1 / grad_scale, and whether found_inf is set.
+float inv_grad_scale(const std::optional<at::Tensor>& grad_scale);
+bool found_inf_set(const std::optional<at::Tensor>& found_inf);
+
+}  // namespace inductor_lamb::cpu

@@ -1,0 +1,44 @@
+#pragma once
+// Plain data passed from the glue (normal flags) to the per-ISA kernels.
+// Nothing here may depend on ISA flags: these types cross that boundary.
+#include <cstdint>
+
+namespace inductor_lamb::cpu {
+
+// Storage dtype of a parameter / gradient. Math is always float32.
+enum class Dtype : int8_t { Float = 0, BFloat16 = 1, Half = 2 };
+
+// A contiguous element range [begin, end) of tensor `tensor` of a list.
+struct Chunk {
+  int64_t tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+struct ChunkSpan {
+  const Chunk* data;
+  int64_t size;
+};
+
+// Sum of squares of one list of tensors, one double per chunk (engine kernel).
+struct SumSqArgs {
+  const void* const* ptrs;  // one per tensor (may be null for empty tensors)
+  const Dtype* dtypes;
+  ChunkSpan chunks;
+  float scale;  // values are multiplied by `scale` before squaring
+  double* partials;  // [chunks.size]
+};
+
+struct EngineKernels {
+  void (*sumsq)(const SumSqArgs&);
+};
+
+// Runtime ISA selection (engine.cpp). Values are ordered: a higher one implies the lower ones.
+enum class Capability : int { Default = 0, AVX2 = 1, AVX512 = 2 };
+
+}  // namespace inductor_lamb::cpu
+
+// Name of a per-ISA symbol: ISA_SYMBOL(lamb_kernels) -> lamb_kernels_AVX512 in the AVX512 build.
+#define INDUCTOR_LAMB_CAT_(a, b) a##_##b
+#define INDUCTOR_LAMB_CAT(a, b) INDUCTOR_LAMB_CAT_(a, b)
+#define INDUCTOR_LAMB_ISA_SYMBOL(name) INDUCTOR_LAMB_CAT(name, CPU_CAPABILITY)

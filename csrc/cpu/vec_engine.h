@@ -1,0 +1,128 @@
+#pragma once
+// The multi-tensor engine, kernel side: included only by *_kernel.cpp files, which
+// setup.py compiles once per ISA with CPU_CAPABILITY set (DEFAULT / AVX2 / AVX512).
+//
+// Work arrives as a list of equal-sized chunks cut across all tensors of a list
+// (engine.cpp), so one huge tensor and a thousand tiny ones both spread over all
+// threads. Reductions write one partial per chunk; the glue combines them per
+// tensor in chunk order, so results do not depend on the number of threads.
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "cpu/types.h"
+
+namespace inductor_lamb::cpu {
+inline namespace CPU_CAPABILITY {
+
+using fVec = at::vec::Vectorized<float>;
+
+// Elements handled per loop step: two float vectors, i.e. one 16-bit vector.
+constexpr int64_t kWidth = 2 * fVec::size();
+
+// Loads / stores kWidth (or, at a tail, n < kWidth) elements as two float vectors.
+// Lanes past n load as zero, which adds nothing to any sum of squares.
+template <typename T>
+struct VecIO {  // bfloat16 / half
+  using bVec = at::vec::Vectorized<T>;
+  static_assert(bVec::size() == kWidth, "16-bit vector must hold two float vectors");
+  static inline void load(const T* p, int64_t n, fVec& a, fVec& b) {
+    bVec v = n == kWidth ? bVec::loadu(p) : bVec::loadu(p, n);
+    std::tie(a, b) = at::vec::convert_to_float<T>(v);
+  }
+  static inline void store(T* p, int64_t n, const fVec& a, const fVec& b) {
+    bVec v = at::vec::convert_from_float<T>(a, b);
+    if (n == kWidth) v.store(p); else v.store(p, n);
+  }
+};
+
+template <>
+struct VecIO<float> {
+  static constexpr int64_t W = fVec::size();
+  static inline void load(const float* p, int64_t n, fVec& a, fVec& b) {
+    if (n == kWidth) {
+      a = fVec::loadu(p);
+      b = fVec::loadu(p + W);
+    } else {
+      a = fVec::loadu(p, std::min<int64_t>(n, W));
+      b = n > W ? fVec::loadu(p + W, n - W) : fVec(0.f);
+    }
+  }
+  static inline void store(float* p, int64_t n, const fVec& a, const fVec& b) {
+    if (n == kWidth) {
+      a.store(p);
+      b.store(p + W);
+    } else {
+      a.store(p, std::min<int64_t>(n, W));
+      if (n > W) b.store(p + W, n - W);
+    }
+  }
+};
+
+// A pair of float vectors: the unit all kernels compute on.
+struct F2 {
+  fVec a, b;
+};
+
+template <typename T>
+inline F2 load2(const T* p, int64_t n) {
+  F2 r;
+  VecIO<T>::load(p, n, r.a, r.b);
+  return r;
+}
+
+template <typename T>
+inline void store2(T* p, int64_t n, const F2& x) {
+  VecIO<T>::store(p, n, x.a, x.b);
+}
+
+// f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth.
+template <typename F>
+inline void vec_range(int64_t begin, int64_t end, const F& f) {
+  int64_t i = begin;
+  for (; i + kWidth <= end; i += kWidth) f(i, kWidth);
+  if (i < end) f(i, end - i);
+}
+
+// body(chunk_index, chunk) for every chunk, spread over at::parallel_for's threads.
+template <typename F>
+inline void for_each_chunk(ChunkSpan chunks, const F& body) {
+  at::parallel_for(0, chunks.size, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) body(i, chunks.data[i]);
+  });
+}
+
+// Calls f(T{}) with T the C++ type of `d`.
+template <typename F>
+inline void dispatch_dtype(Dtype d, const F& f) {
+  switch (d) {
+    case Dtype::Float: f(float{}); break;
+    case Dtype::BFloat16: f(c10::BFloat16{}); break;
+    case Dtype::Half: f(c10::Half{}); break;
+  }
+}
+
+// Float accumulator of a sum of squares, widened to double once per chunk.
+struct SumSq {
+  fVec a{0.f}, b{0.f};
+  inline void add(const F2& x) {
+    a = at::vec::fmadd(x.a, x.a, a);
+    b = at::vec::fmadd(x.b, x.b, b);
+  }
+  inline double value() const {
+    float ta[fVec::size()], tb[fVec::size()];
+    a.store(ta);
+    b.store(tb);
+    double s = 0.0;
+    for (int64_t k = 0; k < fVec::size(); ++k) s += double(ta[k]) + double(tb[k]);
+    return s;
+  }
+};
+
+}  // namespace CPU_CAPABILITY
+}  // namespace inductor_lamb::cpu

@@ -1,0 +1,37 @@
+"""Layer-wise adaptive optimizers (LAMB, LARS, Adagrad) as ``torch.ops.lamb.*``
+custom ops with fused CPU kernels, fake implementations for ``torch.compile``,
+and drop-in ``torch.optim.Optimizer`` classes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
+from . import ops, reference
+from .optim import Lamb
+
+__version__ = "0.1.0"
+
+__all__ = ["Lamb", "ops", "reference", "cpu_capability", "set_cpu_capability"]
+
+_CAPABILITIES = ("default", "avx2", "avx512")
+
+
+def cpu_capability() -> str:
+    """The instruction set the CPU kernels use now: ``"default"``, ``"avx2"`` or ``"avx512"``."""
+    return _CAPABILITIES[torch.ops.lamb._cpu_capability(-1)]
+
+
+def set_cpu_capability(name: str) -> None:
+    """Forces the CPU kernels onto ``name`` (at most what this CPU supports).
+
+    The environment variable ``INDUCTOR_LAMB_CPU_CAPABILITY`` sets the initial
+    choice the same way. Meant for tests and debugging.
+    """
+    if name not in _CAPABILITIES:
+        raise ValueError(f"unknown CPU capability {name!r}; expected one of {_CAPABILITIES}")
+    best = torch.ops.lamb._max_cpu_capability()
+    if _CAPABILITIES.index(name) > best:
+        raise ValueError(f"CPU capability {name!r} is not supported here (best: {_CAPABILITIES[best]!r})")
+    torch.ops.lamb._cpu_capability(_CAPABILITIES.index(name))

@@ -1,0 +1,108 @@
+"""Typed wrappers of ``torch.ops.lamb.*`` and their fake (meta) implementations.
+
+Every op updates lists in place and returns nothing, so a fake implementation
+only has to exist (and accept the same arguments): it allocates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["lamb_step_"]
+
+
+def lamb_step_(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    exp_avgs: Sequence[Tensor],
+    exp_avg_sqs: Sequence[Tensor],
+    steps: Sequence[Tensor],
+    lr: Tensor,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-6,
+    weight_decay: float = 0.01,
+    bias_correction: bool = True,
+    grad_averaging: bool = True,
+    always_adapt: bool = False,
+    trust_clip: bool = False,
+    max_grad_norm: float = 0.0,
+    grad_scale: Tensor | None = None,
+    found_inf: Tensor | None = None,
+    master_params: Sequence[Tensor] | None = None,
+) -> None:
+    """One LAMB step over whole lists of tensors, in place (see DESIGN.md for the math).
+
+    ``params``, ``exp_avgs``, ``exp_avg_sqs``, ``steps`` (0-d float32, incremented
+    by one before use) and ``master_params`` (optional float32 copies of
+    low-precision params) are updated in place; ``grads`` are only read.
+    ``lr`` is a 0-d float32 tensor so a changing learning rate never recompiles.
+    ``grad_scale``/``found_inf`` follow torch's fused Adam: grads are divided by
+    ``grad_scale`` and a nonzero ``found_inf`` skips the step entirely.
+    ``max_grad_norm > 0`` clips by the global norm of all ``grads`` of the call.
+    """
+    torch.ops.lamb.lamb_step_(
+        params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay,
+        bias_correction, grad_averaging, always_adapt, trust_clip, max_grad_norm,
+        grad_scale, found_inf, master_params,
+    )
+
+
+def check_lists(
+    op: str,
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    float_lists: dict[str, Sequence[Tensor] | None],
+    steps: Sequence[Tensor],
+    lr: Tensor,
+) -> None:
+    """The structural checks of the kernels (lengths, devices, shapes, dtypes),
+    for the fake implementations: a bad call fails at trace time with the same
+    message, and a call mixing devices never lands silently on the Meta kernel."""
+
+    def fail(msg: str) -> None:
+        raise RuntimeError(f"{op}: {msg}")
+
+    n = len(params)
+    for name, lst in {"grads": grads, **float_lists, "steps": steps}.items():
+        if lst is not None and len(lst) != n:
+            fail(f"{name} has {len(lst)} tensors but params has {n}")
+    if lr.dim() != 0:
+        fail(f"lr must be a 0-d tensor, got shape {list(lr.shape)}")
+    for i, p in enumerate(params):
+        g = grads[i]
+        if g.layout != torch.strided:
+            fail(f"grads[{i}] has layout {g.layout}; only dense (strided) tensors are supported")
+        if g.device != p.device:
+            fail(f"grads[{i}] is on {g.device} but expected {p.device}")
+        if g.shape != p.shape:
+            fail(f"grads[{i}] has shape {list(g.shape)} but params[{i}] has shape {list(p.shape)}")
+        if g.dtype != p.dtype:
+            fail(f"grads[{i}] has dtype {g.dtype}, expected {p.dtype}")
+        for name, lst in float_lists.items():
+            if lst is None:
+                continue
+            t = lst[i]
+            if t.device != p.device:
+                fail(f"{name}[{i}] is on {t.device} but expected {p.device}")
+            if t.shape != p.shape:
+                fail(f"{name}[{i}] has shape {list(t.shape)} but params[{i}] has shape {list(p.shape)}")
+            if t.dtype != torch.float32:
+                fail(f"{name}[{i}] has dtype {t.dtype}, expected torch.float32")
+        if steps[i].dim() != 0 or steps[i].dtype != torch.float32:
+            fail(f"steps[{i}] must be a 0-d float32 tensor")
+
+
+@torch.library.register_fake("lamb::lamb_step_")
+def _lamb_step_fake(
+    params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1=0.9, beta2=0.999, eps=1e-6,
+    weight_decay=0.01, bias_correction=True, grad_averaging=True, always_adapt=False,
+    trust_clip=False, max_grad_norm=0.0, grad_scale=None, found_inf=None, master_params=None,
+) -> None:
+    check_lists(
+        "lamb_step_", params, grads,
+        {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs, "master_params": master_params}, steps, lr,
+    )

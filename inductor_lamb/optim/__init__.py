@@ -1,0 +1,3 @@
+from .lamb import Lamb
+
+__all__ = ["Lamb"]

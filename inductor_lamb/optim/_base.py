@@ -1,0 +1,187 @@
+"""What every inductor_lamb optimizer shares: a 0-d tensor lr per param group,
+(device, dtype) buckets for the list ops, GradScaler support, float32 state
+that survives ``load_state_dict``, and a ``step`` that never graph-breaks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+__all__ = ["FusedOptimizer", "as_lr_tensor"]
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def as_lr_tensor(lr: float | Tensor) -> Tensor:
+    """``lr`` as a 0-d float32 CPU tensor: schedulers then update it in place
+    (``fill_``), so a changing learning rate never recompiles a graph."""
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1:
+            raise ValueError(f"lr must be a float or a 1-element tensor, got shape {tuple(lr.shape)}")
+        if lr.dim() == 0 and lr.dtype == torch.float32 and lr.device.type == "cpu":
+            return lr
+        return lr.detach().reshape(()).to(device="cpu", dtype=torch.float32)
+    lr = float(lr)
+    if not lr >= 0.0:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    return torch.tensor(lr, dtype=torch.float32)
+
+
+class FusedOptimizer(Optimizer):
+    """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
+    (device, dtype) bucket of each param group.
+
+    Subclasses set ``_state_keys`` (float32 state tensors created like the
+    param, zero-filled unless ``_init_state`` says otherwise) and implement
+    ``_step_bucket``.
+    """
+
+    # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
+    # instead of unscaling the grads in a separate pass.
+    _step_supports_amp_scaling = True
+    _state_keys: tuple[str, ...] = ()
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        as_lr_tensor(defaults["lr"])  # validates
+        super().__init__(params, defaults)
+
+    # ---- param groups and state -------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        # Each group gets its own lr tensor unless the user handed one in.
+        if not isinstance(group["lr"], Tensor) or group["lr"] is self.defaults["lr"]:
+            group["lr"] = as_lr_tensor(group["lr"]).clone()
+        for p in group["params"]:
+            if p.dtype not in (torch.float32, *_LOW_PRECISION):
+                raise TypeError(
+                    f"{type(self).__name__} supports float32, bfloat16 and float16 params, got {p.dtype}"
+                )
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        state = self.state[p]
+        if len(state) == 0:
+            # step on the param's device, as the op reads it there (no host sync on GPU)
+            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            for key in self._state_keys:
+                state[key] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+            if group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
+                state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # torch.optim casts floating state to the param dtype (bf16 params would
+        # lose their float32 moments); keep ours float32, as the ops require.
+        keep = (*self._state_keys, "master_param")
+        saved = {
+            pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
+            for pid, s in state_dict["state"].items()
+        }
+        super().load_state_dict(state_dict)
+        id_to_param = {
+            pid: p
+            for saved_group, group in zip(state_dict["param_groups"], self.param_groups)
+            for pid, p in zip(saved_group["params"], group["params"])
+        }
+        for pid, values in saved.items():
+            p = id_to_param.get(pid)
+            if p is None:
+                continue
+            state = self.state[p]
+            for k, v in values.items():
+                state[k] = v.to(device=p.device, dtype=torch.float32, copy=True)
+            step = state.get("step")
+            if step is not None:
+                state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
+        for group in self.param_groups:
+            group["lr"] = as_lr_tensor(group["lr"]).clone()
+
+    # ---- step ----------------------------------------------------------------------
+
+    def _buckets(self, group: dict[str, Any]) -> dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]]:
+        """Params with a grad, with their state, grouped by (device, dtype)."""
+        buckets: dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+            state = self._init_state(p, group)
+            b = buckets[(p.device, p.dtype)]
+            b["params"].append(p)
+            b["grads"].append(p.grad)
+            b["steps"].append(state["step"])
+            for key in self._state_keys:
+                b[key].append(state[key])
+            if "master_param" in state:
+                b["master_params"].append(state["master_param"])
+        return buckets
+
+    def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+        """grad_scale / found_inf set by torch.amp.GradScaler for this step, on ``device``."""
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
+        if grad_scale is not None:
+            grad_scale = grad_scale.to(device=device, dtype=torch.float32, non_blocking=True)
+        if found_inf is not None:
+            found_inf = found_inf.to(device=device, dtype=torch.float32, non_blocking=True)
+        return grad_scale, found_inf
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Performs a single optimization step.
+
+        Args:
+            closure: a closure that re-evaluates the model and returns the loss.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if not isinstance(group["lr"], Tensor):  # set by hand to a float
+                group["lr"] = as_lr_tensor(group["lr"])
+            buckets = self._buckets(group)
+            # Clipping by the group's global grad norm: the op does it when the
+            # group is one bucket; across buckets the clip folds into grad_scale.
+            max_norm = float(group.get("max_grad_norm", 0.0))
+            clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and len(buckets) > 1 else None
+            for (device, _), bucket in buckets.items():
+                grad_scale, found_inf = self._amp_args(device)
+                if clip is not None:
+                    clip_d = clip.to(device)
+                    grad_scale = clip_d if grad_scale is None else grad_scale * clip_d
+                self._step_bucket(group, bucket, grad_scale, found_inf, max_norm if clip is None else 0.0)
+        return loss
+
+    def _clip_factor(self, buckets: dict[Any, dict[str, list[Tensor]]], max_norm: float) -> Tensor:
+        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group."""
+        total = torch.zeros((), dtype=torch.float64)
+        for (device, _), bucket in buckets.items():
+            norms = torch._foreach_norm(bucket["grads"], 2)
+            total = total + torch.stack(norms).double().square().sum().cpu()
+            grad_scale, _ = self._amp_args(device)
+        norm = total.sqrt()
+        if grad_scale is not None:
+            norm = norm / grad_scale.double().cpu()
+        return (norm / max_norm).clamp(min=1.0).float()
+
+    def _step_bucket(
+        self,
+        group: dict[str, Any],
+        bucket: dict[str, list[Tensor]],
+        grad_scale: Tensor | None,
+        found_inf: Tensor | None,
+        max_grad_norm: float,
+    ) -> None:
+        """One op call for one (device, dtype) bucket of ``group``."""
+        raise NotImplementedError

@@ -1,0 +1,89 @@
+"""LAMB (You et al., "Large Batch Optimization for Deep Learning"), apex FusedLAMB semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import Tensor
+
+from .. import ops
+from ._base import FusedOptimizer
+
+__all__ = ["Lamb"]
+
+
+class Lamb(FusedOptimizer):
+    r"""LAMB with a fused multi-tensor step: one ``torch.ops.lamb.lamb_step_``
+    call per (device, dtype) bucket of each param group.
+
+    Update (t = step, bias corrections as in Adam, ``u`` the AdamW direction)::
+
+        m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+        u = (m / bc1) / (sqrt(v / bc2) + eps) + weight_decay p
+        p = p - lr * (||p|| / ||u||) * u
+
+    The trust ratio ``||p|| / ||u||`` is per parameter tensor; it is 1 when a
+    norm is zero, or when ``weight_decay == 0`` and ``always_adapt`` is False.
+
+    Args:
+        params: iterable of parameters or dicts defining parameter groups.
+        lr: learning rate (kept as a 0-d tensor so schedulers never force a recompile).
+        betas: coefficients of the running averages of the gradient and its square.
+        eps: term added to the denominator.
+        weight_decay: decoupled weight decay (AdamW style), part of the update ``u``.
+        bias_correction: apply Adam's bias correction.
+        grad_averaging: ``m`` accumulates ``(1 - beta1) g`` (else ``g``).
+        always_adapt: use the trust ratio even when ``weight_decay == 0``.
+        trust_clip: clip the trust ratio at 1.
+        max_grad_norm: if > 0, first clip the gradients by their global norm
+            over the param group.
+        master_weights: keep a float32 master copy of bfloat16/float16 params
+            in the state (``state["master_param"]``) and update that.
+
+    State per parameter: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
+    (float32), and ``master_param`` with ``master_weights``.
+    """
+
+    _state_keys = ("exp_avg", "exp_avg_sq")
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        *,
+        bias_correction: bool = True,
+        grad_averaging: bool = True,
+        always_adapt: bool = False,
+        trust_clip: bool = False,
+        max_grad_norm: float = 0.0,
+        master_weights: bool = False,
+    ) -> None:
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= max_grad_norm:
+            raise ValueError(f"Invalid max_grad_norm value: {max_grad_norm}")
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
+            grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
+            max_grad_norm=max_grad_norm, master_weights=master_weights,
+        )
+        super().__init__(params, defaults)
+
+    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
+        beta1, beta2 = group["betas"]
+        ops.lamb_step_(
+            bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"], bucket["steps"],
+            group["lr"], beta1, beta2, group["eps"], group["weight_decay"], group["bias_correction"],
+            group["grad_averaging"], group["always_adapt"], group["trust_clip"], max_grad_norm,
+            grad_scale, found_inf, bucket.get("master_params") or None,
+        )

@@ -1,0 +1,98 @@
+"""Build of ``inductor_lamb._C``.
+
+* Ops are registered with ``TORCH_LIBRARY`` (csrc/ops.cpp); the module has no
+  pybind11 and is built against the stable Python ABI (abi3).
+* CPU kernels (``csrc/cpu/*_kernel.cpp``) are compiled once per ISA (generic,
+  AVX2, AVX512) with that ISA's flags and a distinct ``CPU_CAPABILITY``
+  namespace; the glue picks one at run time, so one build runs on any x86-64.
+* The CUDA part is added only when the installed torch has CUDA and nvcc is
+  found (see the CUDA issue); the CPU torch wheel builds CPU only.
+
+Build with ``pip install --no-build-isolation .`` so the installed torch is used.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")
+
+COMMON_FLAGS = ["-O3", "-g0", "-fopenmp", "-std=c++17", "-Wno-unused-function"]
+
+# Per-ISA flags, as ATen uses for its own CPU_CAPABILITY kernels.
+IS_X86 = platform.machine().lower() in ("x86_64", "amd64")
+ISA_FLAGS = {"DEFAULT": []}
+if IS_X86 and os.environ.get("INDUCTOR_LAMB_NO_ISA", "0") != "1":
+    ISA_FLAGS["AVX2"] = ["-mavx2", "-mfma", "-mf16c"]
+    ISA_FLAGS["AVX512"] = [
+        "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c",
+    ]
+
+
+def kernel_sources() -> list[str]:
+    return sorted(glob.glob(os.path.join(CSRC, "cpu", "*_kernel.cpp")))
+
+
+def glue_sources() -> list[str]:
+    srcs = [os.path.join(CSRC, "ops.cpp")]
+    srcs += sorted(
+        s for s in glob.glob(os.path.join(CSRC, "cpu", "*.cpp")) if not s.endswith("_kernel.cpp")
+    )
+    return srcs
+
+
+class BuildExt(BuildExtension):
+    """Compiles the ISA kernel objects, then links them after the glue objects.
+
+    Link order matters: an inline function from a header that both a generic
+    and an AVX512 object contain is kept from the first object the linker sees,
+    so the generic objects come first and no AVX512 code leaks into the
+    generic path.
+    """
+
+    def build_extension(self, ext):
+        isa_objects = []
+        for isa, flags in ISA_FLAGS.items():
+            out = os.path.join(self.build_temp, "isa_" + isa.lower())
+            macros = [("CPU_CAPABILITY", isa), (f"CPU_CAPABILITY_{isa}", None)]
+            isa_objects += self.compiler.compile(
+                kernel_sources(),
+                output_dir=out,
+                macros=macros,
+                include_dirs=ext.include_dirs,
+                # ext's cxx args already carry what BuildExtension added (ABI macro, ...)
+                extra_postargs={"cxx": list(ext.extra_compile_args["cxx"]) + flags},
+            )
+        ext.extra_objects = list(ext.extra_objects or []) + isa_objects
+        super().build_extension(ext)
+
+
+def extensions():
+    from torch.utils.cpp_extension import include_paths
+
+    isa_macros = [(f"INDUCTOR_LAMB_HAVE_{isa}", "1") for isa in ISA_FLAGS if isa != "DEFAULT"]
+    return [
+        CppExtension(
+            "inductor_lamb._C",
+            glue_sources(),
+            include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(),
+            define_macros=isa_macros,  # BuildExtension adds Py_LIMITED_API itself
+            extra_compile_args={"cxx": COMMON_FLAGS},
+            extra_link_args=["-fopenmp"],
+            py_limited_api=True,
+        )
+    ]
+
+
+setup(
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExt},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)

@@ -1,0 +1,67 @@
+"""Shared helpers: random optimizer problems and float64 reference runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import inductor_lamb  # noqa: F401  (registers torch.ops.lamb.*)
+
+# Mixed shapes: empty, 0-d, tiny, odd sizes (vector tails), and > 1 chunk (16384 elements).
+MIXED_SHAPES = [(33, 17), (), (0,), (4, 0, 3), (7,), (64, 48), (40000,), (3, 5, 7), (1,)]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads_and_capability():
+    threads = torch.get_num_threads()
+    cap = inductor_lamb.cpu_capability()
+    yield
+    torch.set_num_threads(threads)
+    inductor_lamb.set_cpu_capability(cap)
+
+
+def randn(shape, dtype=torch.float32, gen=None, scale=1.0):
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def make_lists(shapes, dtype=torch.float32, seed=0, step=0.0):
+    """params, grads (param dtype), exp_avgs, exp_avg_sqs (float32, nonzero), steps."""
+    gen = torch.Generator().manual_seed(seed)
+    params = [randn(s, dtype, gen) for s in shapes]
+    grads = [randn(s, dtype, gen) for s in shapes]
+    exp_avgs = [randn(s, torch.float32, gen, 0.1) for s in shapes]
+    exp_avg_sqs = [(torch.rand(s, generator=gen, dtype=torch.float64) * 0.1 + 1e-3).float() for s in shapes]
+    steps = [torch.tensor(step) for _ in shapes]
+    return params, grads, exp_avgs, exp_avg_sqs, steps
+
+
+def clone_lists(lists, dtype=None):
+    return [[t.detach().clone() if dtype is None else t.detach().to(dtype) for t in lst] for lst in lists]
+
+
+def noncontiguous_like(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """A tensor equal to ``t`` with another memory layout.
+
+    kind: "transposed" (dense, permuted strides) or "strided" (gaps between elements).
+    """
+    if t.dim() == 0 or t.numel() == 0:
+        return t.clone()
+    if kind == "transposed":
+        dims = list(range(t.dim()))[::-1]
+        return t.permute(dims).contiguous().permute(dims)
+    big = torch.empty(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+    view = big[..., ::2]
+    view.copy_(t)
+    return view
+
+
+def snapshot(lists):
+    return copy.deepcopy([[t.detach().clone() for t in lst] for lst in lists if lst is not None])
+
+
+def assert_lists_equal(a, b):
+    for la, lb in zip(a, b):
+        for x, y in zip(la, lb):
+            assert torch.equal(x, y)
