@@ -103,6 +103,23 @@ class FusedOptimizer(Optimizer):
         for group in self.param_groups:
             group["lr"] = as_lr_tensor(group["lr"]).clone()
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Resets the gradients of all optimized tensors, like
+        ``torch.optim.Optimizer.zero_grad``; unlike it (``@torch._disable_dynamo``)
+        dynamo can trace it, so a whole training step compiles as one graph."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
     # ---- step ----------------------------------------------------------------------
 
     def _buckets(self, group: dict[str, Any]) -> dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]]:
@@ -163,11 +180,26 @@ class FusedOptimizer(Optimizer):
                 self._step_bucket(group, bucket, grad_scale, found_inf, max_norm if clip is None else 0.0)
         return loss
 
+    # LR schedulers wrap ``opt.step`` in a function of lr_scheduler.py (only to set
+    # ``_opt_called``), a file dynamo refuses to trace: a fullgraph compile of a
+    # training step would fail. The marker tells schedulers to leave our step
+    # unwrapped, and ``_opt_called`` is derived from the state instead (dynamo
+    # drops attribute writes on optimizers inside compiled code).
+    step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+
+    @property
+    def _opt_called(self) -> bool:
+        return len(self.state) > 0
+
+    @_opt_called.setter
+    def _opt_called(self, value: bool) -> None:
+        pass  # derived from the state, see above
+
     def _clip_factor(self, buckets: dict[Any, dict[str, list[Tensor]]], max_norm: float) -> Tensor:
         """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group."""
         total = torch.zeros((), dtype=torch.float64)
         for (device, _), bucket in buckets.items():
-            norms = torch._foreach_norm(bucket["grads"], 2)
+            norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
             total = total + torch.stack(norms).double().square().sum().cpu()
             grad_scale, _ = self._amp_args(device)
         norm = total.sqrt()
