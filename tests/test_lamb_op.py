@@ -44,6 +44,7 @@ CONFIGS = {
     "clip_active": dict(max_grad_norm=1.0),  # ||g|| is ~300 here: clipping changes g
     "clip_inactive": dict(max_grad_norm=1e6),
     "betas_eps": dict(beta1=0.8, beta2=0.99, eps=1e-4, weight_decay=0.3),
+    "eps_zero": dict(eps=0.0),  # vector tails hit the exact fallback of the fast 1/(sqrt(v)+eps)
 }
 
 

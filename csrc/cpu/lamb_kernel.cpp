@@ -18,7 +18,7 @@ struct LambMath {
     v = v * beta2 + g * g * one_minus_beta2;
   }
   inline fVec update(const fVec& p, const fVec& m, const fVec& v) const {
-    return (m * inv_bc1) / ((v * inv_bc2).sqrt() + eps) + wd * p;
+    return m * inv_bc1 * inv_sqrt_plus_eps(v * inv_bc2, eps) + wd * p;
   }
 };
 
@@ -47,8 +47,8 @@ void pass1(const LambArgs& args) {
         math.moments(g.b, m.b, v.b);
         store2(t.exp_avg + i, n, m);
         store2(t.exp_avg_sq + i, n, v);
-        p_sq.add(p);
-        u_sq.add({math.update(p.a, m.a, v.a), math.update(p.b, m.b, v.b)});
+        p_sq.add(p, n);
+        u_sq.add({math.update(p.a, m.a, v.a), math.update(p.b, m.b, v.b)}, n);
       });
     });
     args.partials[2 * ci] = p_sq.value();

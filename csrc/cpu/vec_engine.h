@@ -107,12 +107,44 @@ inline void dispatch_dtype(Dtype d, const F& f) {
   }
 }
 
+// 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
+// sqrt and division dominate the element loops once the data sits in cache
+// (about 20 cycles per AVX512 vector each); on AVX512 they are replaced by the
+// 14-bit estimates refined by one Newton step each (within 2 ulp of the exact
+// value). Lanes where that could go wrong (x = inf, or sqrt(x) + eps == 0, i.e.
+// eps == 0) take the exact path.
+inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512 vx = x, veps = eps;
+  __m512 y = _mm512_rsqrt14_ps(vx);
+  const __m512 half_x = _mm512_mul_ps(vx, _mm512_set1_ps(0.5f));
+  y = _mm512_mul_ps(y, _mm512_fnmadd_ps(_mm512_mul_ps(half_x, y), y, _mm512_set1_ps(1.5f)));  // y (1.5 - x y^2 / 2)
+  const __mmask16 positive = _mm512_cmp_ps_mask(vx, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 d = _mm512_add_ps(_mm512_maskz_mul_ps(positive, vx, y), veps);  // sqrt(x) + eps
+  __m512 r = _mm512_rcp14_ps(d);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.f)));  // r (2 - d r)
+  const __mmask16 ok = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(d, _mm512_set1_ps(3.0e38f), _CMP_LT_OQ);
+  if (ok == 0xFFFF) return fVec(r);
+#endif
+  return fVec(1.f) / (x.sqrt() + eps);
+}
+
 // Float accumulator of a sum of squares, widened to double once per chunk.
 struct SumSq {
   fVec a{0.f}, b{0.f};
-  inline void add(const F2& x) {
-    a = at::vec::fmadd(x.a, x.a, a);
-    b = at::vec::fmadd(x.b, x.b, b);
+  // n < kWidth at a tail: lanes past n may hold anything (0/0 when eps == 0) and are dropped.
+  inline void add(const F2& x, int64_t n = kWidth) {
+    if (n == kWidth) {
+      a = at::vec::fmadd(x.a, x.a, a);
+      b = at::vec::fmadd(x.b, x.b, b);
+      return;
+    }
+    constexpr int64_t W = fVec::size();
+    const fVec xa = fVec::set(fVec(0.f), x.a, std::min<int64_t>(n, W));
+    const fVec xb = n > W ? fVec::set(fVec(0.f), x.b, n - W) : fVec(0.f);
+    a = at::vec::fmadd(xa, xa, a);
+    b = at::vec::fmadd(xb, xb, b);
   }
   inline double value() const {
     float ta[fVec::size()], tb[fVec::size()];

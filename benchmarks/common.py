@@ -1,0 +1,79 @@
+"""Timing, bandwidth and workload helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+# 2 threads is this project's reference machine; override with --threads.
+DEFAULT_THREADS = 2
+
+
+def machine_line(threads: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import inductor_lamb
+
+    return (f"{cpu}; {os.cpu_count()} logical CPUs; {threads} torch threads; torch {torch.__version__}; "
+            f"kernels: {inductor_lamb.cpu_capability()}")
+
+
+def bench(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_iters: int = 200) -> float:
+    """Median seconds per call over repeats filling about ``min_time``."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-6)
+    iters = int(min(max_iters, max(5, min_time / one)))
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def stream_bandwidth(numel: int = 1 << 25) -> dict[str, float]:
+    """STREAM-like copy and triad bandwidth (GB/s) with torch ops on this many float32s."""
+    a = torch.rand(numel)
+    b = torch.rand(numel)
+    c = torch.rand(numel)
+    t_copy = bench(lambda: a.copy_(b))
+    t_triad = bench(lambda: torch.add(b, c, alpha=1.5, out=a))
+    return {"copy": 2 * 4 * numel / t_copy / 1e9, "triad": 3 * 4 * numel / t_triad / 1e9}
+
+
+def bert_like_shapes(hidden: int = 576, ffn: int = 2304, layers: int = 6, vocab: int = 4096) -> list[tuple[int, ...]]:
+    """Parameter shapes of a small BERT encoder: about 104 tensors, 26.6M params by default."""
+    shapes: list[tuple[int, ...]] = [(vocab, hidden), (512, hidden), (2, hidden), (hidden,), (hidden,)]
+    for _ in range(layers):
+        for _ in range(4):  # q, k, v, attention output
+            shapes += [(hidden, hidden), (hidden,)]
+        shapes += [(hidden,), (hidden,)]  # attention LayerNorm
+        shapes += [(ffn, hidden), (ffn,), (hidden, ffn), (hidden,)]
+        shapes += [(hidden,), (hidden,)]  # output LayerNorm
+    shapes += [(hidden, hidden), (hidden,)]  # pooler
+    return shapes
+
+
+def numel(shapes) -> int:
+    n = 0
+    for s in shapes:
+        k = 1
+        for d in s:
+            k *= d
+        n += k
+    return n
