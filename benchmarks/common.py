@@ -47,13 +47,19 @@ def bench(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_
 
 
 def stream_bandwidth(numel: int = 1 << 25) -> dict[str, float]:
-    """STREAM-like copy and triad bandwidth (GB/s) with torch ops on this many float32s."""
+    """STREAM-like bandwidth (GB/s) with torch ops on this many float32s (128 MiB arrays).
+
+    copy a = b and triad a = b + s c count STREAM's bytes (8 and 12 per element; the
+    write-allocate read of ``a`` is not counted). rmw a += s b (12 bytes, all of them
+    real) is the access pattern of an in-place optimizer step.
+    """
     a = torch.rand(numel)
     b = torch.rand(numel)
     c = torch.rand(numel)
     t_copy = bench(lambda: a.copy_(b))
     t_triad = bench(lambda: torch.add(b, c, alpha=1.5, out=a))
-    return {"copy": 2 * 4 * numel / t_copy / 1e9, "triad": 3 * 4 * numel / t_triad / 1e9}
+    t_rmw = bench(lambda: a.add_(b, alpha=1e-3))
+    return {"copy": 8 * numel / t_copy / 1e9, "triad": 12 * numel / t_triad / 1e9, "rmw": 12 * numel / t_rmw / 1e9}
 
 
 def bert_like_shapes(hidden: int = 576, ffn: int = 2304, layers: int = 6, vocab: int = 4096) -> list[tuple[int, ...]]:
