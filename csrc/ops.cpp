@@ -32,6 +32,15 @@ TORCH_LIBRARY(lamb, m) {
       "float weight_decay=0.01, bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, "
       "bool trust_clip=False, float max_grad_norm=0.0, Tensor? grad_scale=None, Tensor? found_inf=None, "
       "Tensor(e!)[]? master_params=None) -> ()");
+  m.def(
+      "lars_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor lr, "
+      "float momentum=0.9, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
+      "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
+  m.def(
+      "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, "
+      "Tensor lr, float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, bool maximize=False, "
+      "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(d!)[]? master_params=None) -> ()");
   // Utilities (no tensors): CPU ISA selection, for tests and debugging.
   m.def("_cpu_capability(int force=-1) -> int", &cpu_capability);
   m.def("_max_cpu_capability() -> int", &max_cpu_capability);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 
 namespace inductor_lamb::cpu {
@@ -138,6 +139,48 @@ void LayoutRow::commit() {
     if (mutated_[k] && !row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
 }
 
+// ---- the per-index rows of an op ---------------------------------------------
+
+void check_lists(const ArgChecker& chk, at::TensorList params, at::TensorList grads,
+                 const std::vector<FloatList>& float_lists, const at::Device& device) {
+  const size_t n = params.size();
+  chk.same_length("grads", grads, "params", n);
+  for (const auto& l : float_lists) chk.same_length(l.name, l.tensors, "params", n);
+  for (size_t i = 0; i < n; ++i) {
+    chk.dense_on(params[i], "params", i, device);
+    chk.param_dtype(params[i], "params", i);
+    chk.grad_like(grads[i], "grads", i, params[i]);
+    for (const auto& l : float_lists) chk.float_like(l.tensors[i], l.name, i, params[i]);
+  }
+}
+
+void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device) {
+  chk.same_length("steps", steps, "params", n);
+  for (size_t i = 0; i < n; ++i) chk.scalar_tensor(steps[i], "steps", i, device);
+}
+
+TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::vector<FloatList>& float_lists) {
+  const size_t n = params.size();
+  rows_.reserve(n);
+  numels_.resize(n);
+  dtypes_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> row{params[i], grads[i]};
+    std::vector<bool> mutated{true, false};
+    for (const auto& l : float_lists) {
+      row.push_back(l.tensors[i]);
+      mutated.push_back(true);
+    }
+    rows_.emplace_back(std::move(row), std::move(mutated));
+    numels_[i] = params[i].numel();
+    dtypes_[i] = to_dtype(params[i].scalar_type());
+  }
+}
+
+void TensorRows::commit() {
+  for (auto& r : rows_) r.commit();
+}
+
 // ---- chunking and reduction ------------------------------------------------
 
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels) {
@@ -158,16 +201,39 @@ std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const st
   return out;
 }
 
-double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
-                    const std::vector<int64_t>& numels, float scale) {
-  auto chunks = make_chunks(numels);
+std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
+                                     const std::vector<int64_t>& numels, float scale) {
+  const auto chunks = make_chunks(numels);
   std::vector<double> partials(chunks.size());
   SumSqArgs args{ptrs.data(), dtypes.data(), {chunks.data(), static_cast<int64_t>(chunks.size())}, scale,
                  partials.data()};
   INDUCTOR_LAMB_KERNELS(engine_kernels).sumsq(args);
+  return reduce_per_tensor(chunks, partials, 1, static_cast<int64_t>(numels.size()));
+}
+
+double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
+                    const std::vector<int64_t>& numels, float scale) {
   double s = 0.0;
-  for (double p : partials) s += p;
+  for (double t : per_tensor_sumsq(ptrs, dtypes, numels, scale)) s += t;
   return s;
+}
+
+double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_norm) {
+  if (max_grad_norm <= 0) return inv_scale;
+  std::vector<const void*> grads(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) grads[i] = rows.grad(i);
+  const double norm = std::sqrt(global_sumsq(grads, rows.dtypes(), rows.numels(), inv_scale));
+  return norm > max_grad_norm ? inv_scale / (norm / max_grad_norm) : inv_scale;
+}
+
+std::vector<double> increment_steps(at::TensorList steps) {
+  std::vector<double> t(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    float* step = steps[i].data_ptr<float>();
+    *step += 1.f;
+    t[i] = *step;
+  }
+  return t;
 }
 
 float inv_grad_scale(const std::optional<at::Tensor>& grad_scale) {

@@ -115,6 +115,39 @@ class LayoutRow {
   std::vector<bool> mutated_;
 };
 
+// ---- the per-index rows of an op ---------------------------------------------
+
+// A float32 list of an op (optimizer state or master params), mutated in place.
+struct FloatList {
+  const char* name;
+  at::TensorList tensors;
+};
+
+// Checks params (float32/bf16/f16 on `device`), grads (like their param) and the
+// float32 lists (like their param): lengths, devices, shapes, dtypes, layouts.
+void check_lists(const ArgChecker& chk, at::TensorList params, at::TensorList grads,
+                 const std::vector<FloatList>& float_lists, const at::Device& device);
+// Checks steps: one 0-d float32 tensor per param.
+void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device);
+
+// Raw pointers of (param, grad, float lists...) per index, in one layout (LayoutRow).
+class TensorRows {
+ public:
+  TensorRows(at::TensorList params, at::TensorList grads, const std::vector<FloatList>& float_lists);
+  size_t size() const { return rows_.size(); }
+  void* param(size_t i) const { return rows_[i].ptr(0); }
+  const void* grad(size_t i) const { return rows_[i].ptr(1); }
+  float* floats(size_t i, size_t k) const { return static_cast<float*>(rows_[i].ptr(2 + k)); }
+  const std::vector<int64_t>& numels() const { return numels_; }
+  const std::vector<Dtype>& dtypes() const { return dtypes_; }
+  void commit();  // write back the copies made for mismatched layouts
+
+ private:
+  std::vector<LayoutRow> rows_;
+  std::vector<int64_t> numels_;
+  std::vector<Dtype> dtypes_;
+};
+
 // ---- chunking and reduction ------------------------------------------------
 
 constexpr int64_t kChunkElems = 16384;
@@ -126,9 +159,18 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels);
 std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
                                       int64_t k, int64_t num_tensors);
 
-// Sum over every tensor of a list of (scale * x)^2, deterministic: global grad-norm clipping.
+// Per tensor of a list, the sum of (scale * x)^2 (deterministic): layer norms.
+std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
+                                     const std::vector<int64_t>& numels, float scale);
+// Over a whole list: global grad-norm clipping.
 double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
                     const std::vector<int64_t>& numels, float scale);
+// The gradient multiplier 1 / (grad_scale * clip), clip = max(1, ||grads / grad_scale|| / max_grad_norm)
+// (no clipping when max_grad_norm <= 0).
+double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_norm);
+
+// steps[i] += 1 for every i; returns the new values (the t of bias corrections and lr decays).
+std::vector<double> increment_steps(at::TensorList steps);
 
 // Reads grad_scale / found_inf (CPU): 1 / grad_scale, and whether found_inf is set.
 float inv_grad_scale(const std::optional<at::Tensor>& grad_scale);

@@ -22,12 +22,6 @@ struct LambMath {
   }
 };
 
-// The parameter as float32: from the master copy when there is one.
-template <typename T>
-inline F2 load_param(const LambTensor& t, int64_t i, int64_t n) {
-  return t.master ? load2(t.master + i, n) : load2(static_cast<const T*>(t.param) + i, n);
-}
-
 void pass1(const LambArgs& args) {
   const fVec grad_mul(args.grad_mul);
   for_each_chunk(args.chunks, [&](int64_t ci, const Chunk& c) {
@@ -39,7 +33,7 @@ void pass1(const LambArgs& args) {
       const T* grad = static_cast<const T*>(t.grad);
       vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
         F2 g = load2(grad + i, n);
-        F2 p = load_param<T>(t, i, n);
+        F2 p = load_param(static_cast<const T*>(t.param), t.master, i, n);
         F2 m = load2(t.exp_avg + i, n), v = load2(t.exp_avg_sq + i, n);
         g.a = g.a * grad_mul;
         g.b = g.b * grad_mul;
@@ -66,12 +60,11 @@ void pass2(const LambArgs& args) {
       using T = decltype(tag);
       T* param = static_cast<T*>(t.param);
       vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-        F2 p = load_param<T>(t, i, n);
+        F2 p = load_param(param, t.master, i, n);
         F2 m = load2(t.exp_avg + i, n), v = load2(t.exp_avg_sq + i, n);
         p.a = p.a - step_size * math.update(p.a, m.a, v.a);
         p.b = p.b - step_size * math.update(p.b, m.b, v.b);
-        if (t.master) store2(t.master + i, n, p);
-        store2(param + i, n, p);
+        store_param(param, t.master, i, n, p);
       });
     });
   });

@@ -81,6 +81,19 @@ inline void store2(T* p, int64_t n, const F2& x) {
   VecIO<T>::store(p, n, x.a, x.b);
 }
 
+// A parameter as float32: from its float32 master copy when there is one.
+template <typename T>
+inline F2 load_param(const T* param, const float* master, int64_t i, int64_t n) {
+  return master ? load2(master + i, n) : load2(param + i, n);
+}
+
+// Writes an updated parameter: the master copy (if any) and the param, rounded to T.
+template <typename T>
+inline void store_param(T* param, float* master, int64_t i, int64_t n, const F2& p) {
+  if (master) store2(master + i, n, p);
+  store2(param + i, n, p);
+}
+
 // f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth.
 template <typename F>
 inline void vec_range(int64_t begin, int64_t end, const F& f) {
@@ -105,6 +118,16 @@ inline void dispatch_dtype(Dtype d, const F& f) {
     case Dtype::BFloat16: f(c10::BFloat16{}); break;
     case Dtype::Half: f(c10::Half{}); break;
   }
+}
+
+// body(T{}, tensor, chunk) for every chunk, T the storage type of its tensor
+// (`tensors[i].dtype`): the loop of every element-wise update pass.
+template <typename Tensor, typename F>
+inline void for_each_typed_chunk(ChunkSpan chunks, const Tensor* tensors, const F& body) {
+  for_each_chunk(chunks, [&](int64_t, const Chunk& c) {
+    const Tensor& t = tensors[c.tensor];
+    dispatch_dtype(t.dtype, [&](auto tag) { body(tag, t, c); });
+  });
 }
 
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
