@@ -9,11 +9,11 @@ import torch
 
 from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
 from . import ops, reference
-from .optim import Lamb
+from .optim import Adagrad, Lamb, Lars
 
 __version__ = "0.1.0"
 
-__all__ = ["Lamb", "ops", "reference", "cpu_capability", "set_cpu_capability"]
+__all__ = ["Adagrad", "Lamb", "Lars", "ops", "reference", "cpu_capability", "set_cpu_capability"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")
 

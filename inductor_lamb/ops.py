@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["lamb_step_"]
+__all__ = ["lamb_step_", "lars_step_", "adagrad_step_"]
 
 
 def lamb_step_(
@@ -51,12 +51,62 @@ def lamb_step_(
     )
 
 
+def lars_step_(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    momentum_buffers: Sequence[Tensor],
+    lr: Tensor,
+    momentum: float = 0.9,
+    lars_coeff: float = 0.001,
+    eps: float = 0.0,
+    rescale_grad: float = 1.0,
+    weight_decay: float | Sequence[float] = 5e-4,
+    layer_adaptation: bool | Sequence[bool] = True,
+    grad_scale: Tensor | None = None,
+    found_inf: Tensor | None = None,
+    master_params: Sequence[Tensor] | None = None,
+) -> None:
+    """One LARS step over all layers (PaddlePaddle merged ``lars_momentum`` semantics), in place.
+
+    ``weight_decay`` and ``layer_adaptation`` are one value for every param or one
+    per param (layers excluded from decay get 0; from adaptation, False: their
+    local lr is ``lr``). Momentum buffers start at zero.
+    """
+    wd = [float(weight_decay)] if isinstance(weight_decay, (int, float)) else [float(w) for w in weight_decay]
+    adapt = [bool(layer_adaptation)] if isinstance(layer_adaptation, bool) else [bool(a) for a in layer_adaptation]
+    torch.ops.lamb.lars_step_(
+        params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, rescale_grad, wd, adapt,
+        grad_scale, found_inf, master_params,
+    )
+
+
+def adagrad_step_(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    state_sums: Sequence[Tensor],
+    steps: Sequence[Tensor],
+    lr: Tensor,
+    lr_decay: float = 0.0,
+    weight_decay: float = 0.0,
+    eps: float = 1e-10,
+    maximize: bool = False,
+    grad_scale: Tensor | None = None,
+    found_inf: Tensor | None = None,
+    master_params: Sequence[Tensor] | None = None,
+) -> None:
+    """One Adagrad step (exactly ``torch.optim.Adagrad``) over whole lists, in place."""
+    torch.ops.lamb.adagrad_step_(
+        params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, maximize,
+        grad_scale, found_inf, master_params,
+    )
+
+
 def check_lists(
     op: str,
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
     float_lists: dict[str, Sequence[Tensor] | None],
-    steps: Sequence[Tensor],
+    steps: Sequence[Tensor] | None,
     lr: Tensor,
 ) -> None:
     """The structural checks of the kernels (lengths, devices, shapes, dtypes),
@@ -67,7 +117,7 @@ def check_lists(
         raise RuntimeError(f"{op}: {msg}")
 
     n = len(params)
-    for name, lst in {"grads": grads, **float_lists, "steps": steps}.items():
+    for name, lst in {"grads": grads, **float_lists, "steps": steps or None}.items():
         if lst is not None and len(lst) != n:
             fail(f"{name} has {len(lst)} tensors but params has {n}")
     if lr.dim() != 0:
@@ -92,7 +142,7 @@ def check_lists(
                 fail(f"{name}[{i}] has shape {list(t.shape)} but params[{i}] has shape {list(p.shape)}")
             if t.dtype != torch.float32:
                 fail(f"{name}[{i}] has dtype {t.dtype}, expected torch.float32")
-        if steps[i].dim() != 0 or steps[i].dtype != torch.float32:
+        if steps is not None and (steps[i].dim() != 0 or steps[i].dtype != torch.float32):
             fail(f"steps[{i}] must be a 0-d float32 tensor")
 
 
@@ -105,4 +155,25 @@ def _lamb_step_fake(
     check_lists(
         "lamb_step_", params, grads,
         {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs, "master_params": master_params}, steps, lr,
+    )
+
+
+@torch.library.register_fake("lamb::lars_step_")
+def _lars_step_fake(
+    params, grads, momentum_buffers, lr, momentum=0.9, lars_coeff=0.001, eps=0.0, rescale_grad=1.0,
+    weight_decay=(5e-4,), layer_adaptation=(), grad_scale=None, found_inf=None, master_params=None,
+) -> None:
+    check_lists(
+        "lars_step_", params, grads, {"momentum_buffers": momentum_buffers, "master_params": master_params},
+        None, lr,
+    )
+
+
+@torch.library.register_fake("lamb::adagrad_step_")
+def _adagrad_step_fake(
+    params, grads, state_sums, steps, lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False,
+    grad_scale=None, found_inf=None, master_params=None,
+) -> None:
+    check_lists(
+        "adagrad_step_", params, grads, {"state_sums": state_sums, "master_params": master_params}, steps, lr,
     )

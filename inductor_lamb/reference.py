@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["lamb_step"]
+__all__ = ["lamb_step", "lars_step", "adagrad_step"]
 
 
 @torch.no_grad()
@@ -71,3 +71,71 @@ def lamb_step(
                 ratio = ratio.clamp(max=1.0)
             u = u * ratio
         p.sub_(lr * u)
+
+
+@torch.no_grad()
+def lars_step(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    momentum_buffers: Sequence[Tensor],
+    lr: float | Tensor,
+    momentum: float = 0.9,
+    lars_coeff: float = 0.001,
+    eps: float = 0.0,
+    rescale_grad: float = 1.0,
+    weight_decay: float | Sequence[float] = 5e-4,
+    layer_adaptation: bool | Sequence[bool] = True,
+    grad_scale: float | Tensor | None = None,
+    found_inf: float | Tensor | None = None,
+) -> None:
+    """LARS (You et al. 2017; PaddlePaddle ``lars_momentum``), in place."""
+    if found_inf is not None and float(found_inf) != 0.0:
+        return
+    n = len(params)
+    wds = [weight_decay] * n if isinstance(weight_decay, (int, float)) else list(weight_decay)
+    adapts = [layer_adaptation] * n if isinstance(layer_adaptation, bool) else list(layer_adaptation)
+    if len(wds) == 1:
+        wds = wds * n
+    if len(adapts) == 1:
+        adapts = adapts * n
+    for p, g, v, wd, adapt in zip(params, grads, momentum_buffers, wds, adapts):
+        g = g * rescale_grad
+        if grad_scale is not None:
+            g = g / grad_scale
+        local_lr = lr * torch.ones((), dtype=p.dtype)
+        if adapt and wd > 0:
+            p_norm, g_norm = p.norm(), g.norm()
+            trust = lr * lars_coeff * p_norm / (g_norm + wd * p_norm + eps)
+            local_lr = torch.where((p_norm > 0) & (g_norm > 0), trust, local_lr)
+        v.mul_(momentum).add_(local_lr * (g + wd * p))
+        p.sub_(v)
+
+
+@torch.no_grad()
+def adagrad_step(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    state_sums: Sequence[Tensor],
+    steps: Sequence[Tensor],
+    lr: float | Tensor,
+    lr_decay: float = 0.0,
+    weight_decay: float = 0.0,
+    eps: float = 1e-10,
+    maximize: bool = False,
+    grad_scale: float | Tensor | None = None,
+    found_inf: float | Tensor | None = None,
+) -> None:
+    """Adagrad, exactly as ``torch.optim.Adagrad`` (state ``sum``), in place."""
+    if found_inf is not None and float(found_inf) != 0.0:
+        return
+    for p, g, s, step in zip(params, grads, state_sums, steps):
+        if grad_scale is not None:
+            g = g / grad_scale
+        if maximize:
+            g = -g
+        step += 1
+        clr = lr / (1 + (step - 1) * lr_decay)
+        if weight_decay != 0:
+            g = g + weight_decay * p
+        s.addcmul_(g, g)
+        p.sub_(clr * g / (s.sqrt() + eps))

@@ -1,3 +1,5 @@
+from .adagrad import Adagrad
 from .lamb import Lamb
+from .lars import Lars
 
-__all__ = ["Lamb"]
+__all__ = ["Adagrad", "Lamb", "Lars"]

@@ -71,10 +71,25 @@ class FusedOptimizer(Optimizer):
             # step on the param's device, as the op reads it there (no host sync on GPU)
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             for key in self._state_keys:
-                state[key] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+                state[key] = torch.full_like(
+                    p, self._state_fill(key, group), dtype=torch.float32, memory_format=torch.preserve_format
+                )
             if group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
                 state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
         return state
+
+    def _state_fill(self, key: str, group: dict[str, Any]) -> float:
+        """Initial value of state tensor ``key``."""
+        return 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        # lr as a float, like torch.optim's own optimizers save it: checkpoints
+        # load into torch.optim classes too (load_state_dict turns it back into a tensor).
+        sd = super().state_dict()
+        for group in sd["param_groups"]:
+            if isinstance(group.get("lr"), Tensor):
+                group["lr"] = float(group["lr"])
+        return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # torch.optim casts floating state to the param dtype (bf16 params would
@@ -127,7 +142,8 @@ class FusedOptimizer(Optimizer):
         buckets: dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]] = defaultdict(
             lambda: defaultdict(list)
         )
-        for p in group["params"]:
+        names = group.get("param_names")  # set when built from model.named_parameters()
+        for i, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
@@ -137,6 +153,7 @@ class FusedOptimizer(Optimizer):
             b["params"].append(p)
             b["grads"].append(p.grad)
             b["steps"].append(state["step"])
+            b["names"].append(names[i] if names else None)
             for key in self._state_keys:
                 b[key].append(state[key])
             if "master_param" in state:

@@ -1,0 +1,114 @@
+"""LARS (You et al., "Large Batch Training of Convolutional Networks"), merged over all layers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from torch import Tensor
+
+from .. import ops
+from ._base import FusedOptimizer
+
+__all__ = ["Lars"]
+
+Exclusion = Callable[[str], bool] | Sequence[str] | None
+
+
+def _matcher(exclude: Exclusion, what: str) -> Callable[[str | None], bool]:
+    """A callable on parameter names, from a callable or a list of regex patterns (``re.search``)."""
+    if exclude is None:
+        return lambda name: False
+    if callable(exclude):
+        fn = exclude
+    else:
+        patterns = [re.compile(p) for p in exclude]
+
+        def fn(name: str) -> bool:
+            return any(p.search(name) for p in patterns)
+
+    def match(name: str | None) -> bool:
+        if name is None:
+            raise ValueError(
+                f"Lars: {what} needs parameter names: build the optimizer from model.named_parameters()"
+            )
+        return bool(fn(name))
+
+    return match
+
+
+class Lars(FusedOptimizer):
+    r"""LARS with momentum: one ``torch.ops.lamb.lars_step_`` call updates every
+    layer of a (device, dtype) bucket (PaddlePaddle's merged ``lars_momentum``)::
+
+        local_lr = lr * lars_coeff * ||p|| / (||g|| + wd ||p|| + eps)   (wd > 0, norms > 0, adapted layer)
+                 = lr                                                    (otherwise)
+        v = momentum v + local_lr (g + wd p);  p = p - v
+
+    Args:
+        params: parameters, param groups, or ``model.named_parameters()`` (needed for exclusions).
+        lr: learning rate (a 0-d tensor internally: schedulers never recompile).
+        momentum: momentum factor.
+        weight_decay: weight decay (L2, inside the momentum update).
+        lars_coeff: trust coefficient (eta).
+        eps: added to the local lr denominator.
+        exclude_from_weight_decay: parameters with no weight decay (their local lr is then ``lr``),
+            as a callable on the parameter name or a list of regex patterns, e.g.
+            ``["bias", "bn", "norm"]``.
+        exclude_from_layer_adaptation: parameters that keep decay but use ``lr`` as is.
+        rescale_grad: gradients are multiplied by this first.
+        master_weights: float32 master copies of bfloat16/float16 params.
+
+    State per parameter: ``step``, ``momentum_buffer`` (float32, starts at zero), and
+    ``master_param`` with ``master_weights``.
+    """
+
+    _state_keys = ("momentum_buffer",)
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | Tensor,
+        momentum: float = 0.9,
+        weight_decay: float = 5e-4,
+        lars_coeff: float = 0.001,
+        eps: float = 0.0,
+        *,
+        exclude_from_weight_decay: Exclusion = None,
+        exclude_from_layer_adaptation: Exclusion = None,
+        rescale_grad: float = 1.0,
+        master_weights: bool = False,
+    ) -> None:
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= lars_coeff:
+            raise ValueError(f"Invalid lars_coeff value: {lars_coeff}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        self._no_decay = _matcher(exclude_from_weight_decay, "exclude_from_weight_decay")
+        self._no_adapt = _matcher(exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
+        self._excludes = exclude_from_weight_decay is not None or exclude_from_layer_adaptation is not None
+        defaults = dict(
+            lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
+            rescale_grad=rescale_grad, master_weights=master_weights,
+        )
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        if self._excludes and not self.param_groups[-1].get("param_names"):
+            raise ValueError("Lars: exclusions need parameter names: build the optimizer from model.named_parameters()")
+
+    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
+        wd = group["weight_decay"]
+        names = bucket["names"]
+        weight_decays = [0.0 if self._no_decay(n) else wd for n in names] if self._excludes else wd
+        adaptation = [not self._no_adapt(n) for n in names] if self._excludes else True
+        ops.lars_step_(
+            bucket["params"], bucket["grads"], bucket["momentum_buffer"], group["lr"], group["momentum"],
+            group["lars_coeff"], group["eps"], group["rescale_grad"], weight_decays, adaptation,
+            grad_scale, found_inf, bucket.get("master_params") or None,
+        )
