@@ -1,11 +1,12 @@
-"""Optimizer step time: our ops against plain torch and torch's fused twins.
+"""Optimizer step time: our ops against plain torch and torch's fused twins (CPU).
 
-    python benchmarks/bench_step.py [--threads 2] [--plot benchmarks/bench_step_cpu.png]
+    python benchmarks/bench_step.py [--threads 2] [--ops lamb lars adagrad] [--plot benchmarks/bench_step_cpu.png]
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
 STREAM-like copy/triad bandwidth, so ratios are comparable on a noisy machine.
-GB/s counts the minimum traffic of DESIGN.md (LAMB: 40 bytes/param; the AdamW twin: 28).
+GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LARS 28, Adagrad 20 bytes/param;
+the twins: AdamW 28, SGD with momentum 20).
 """
 
 from __future__ import annotations
@@ -25,98 +26,118 @@ import inductor_lamb  # noqa: E402
 from inductor_lamb import reference  # noqa: E402
 
 # Minimum traffic per param (DESIGN.md), fp32: what each method must move at least.
-BYTES_PER_PARAM = {"lamb": 40, "adamw": 28}
+BYTES_PER_PARAM = {"lamb": 40, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
 
 
-def make_state(shapes, seed=0):
+def make_state(shapes, seed=0, kind="lamb"):
+    """The op's list arguments for `kind`, random (never zeros)."""
     g = torch.Generator().manual_seed(seed)
     params = [torch.randn(s, generator=g) for s in shapes]
     grads = [torch.randn(s, generator=g) for s in shapes]
-    exp_avgs = [torch.randn(s, generator=g) * 0.1 for s in shapes]
-    exp_avg_sqs = [torch.rand(s, generator=g) * 0.1 + 1e-3 for s in shapes]
     steps = [torch.tensor(1.0) for _ in shapes]
-    return params, grads, exp_avgs, exp_avg_sqs, steps
+    if kind == "lamb":
+        return params, grads, [torch.randn(s, generator=g) * 0.1 for s in shapes], \
+            [torch.rand(s, generator=g) * 0.1 + 1e-3 for s in shapes], steps
+    if kind == "lars":
+        return params, grads, [torch.randn(s, generator=g) * 0.01 for s in shapes]
+    return params, grads, [torch.rand(s, generator=g) + 0.1 for s in shapes], steps
 
 
-def lamb_rows(shapes) -> dict[str, Callable[[], object]]:
-    """name -> zero-argument step function, each on its own copy of the state."""
-    lr = torch.tensor(1e-4)
-    rows: dict[str, Callable[[], object]] = {}
-
-    s = make_state(shapes)
-    rows["inductor_lamb op"] = lambda s=s: torch.ops.lamb.lamb_step_(*s, lr)
-
-    s = make_state(shapes)
-    rows["plain torch reference (eager)"] = lambda s=s: reference.lamb_step(*s, lr)
-
-    s = make_state(shapes)
-    compiled_ref = torch.compile(reference.lamb_step)
-    rows["torch.compile(reference)"] = lambda s=s: compiled_ref(*s, lr)
-
+def torch_optimizer(cls, shapes, **kw):
     params = [torch.nn.Parameter(t) for t in make_state(shapes)[0]]
     for p, g in zip(params, make_state(shapes, seed=1)[1]):
         p.grad = g
-    adamw = torch.optim.AdamW(params, lr=1e-4, fused=True)
-    rows["torch AdamW(fused=True) (twin)"] = adamw.step
+    return cls(params, **kw).step
+
+
+OURS = {"lamb": torch.ops.lamb.lamb_step_, "lars": torch.ops.lamb.lars_step_, "adagrad": torch.ops.lamb.adagrad_step_}
+REFERENCE = {"lamb": reference.lamb_step, "lars": reference.lars_step, "adagrad": reference.adagrad_step}
+KWARGS = {"lamb": {}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
+TWINS = {
+    "lamb": [("torch AdamW(fused=True) (twin)", "adamw", lambda s: torch_optimizer(torch.optim.AdamW, s, lr=1e-4, fused=True))],
+    "lars": [("torch SGD(momentum, fused=True)", "sgd",
+              lambda s: torch_optimizer(torch.optim.SGD, s, lr=1e-4, momentum=0.9, fused=True))],
+    "adagrad": [("torch Adagrad(fused=True)", "adagrad", lambda s: torch_optimizer(torch.optim.Adagrad, s, lr=1e-4, fused=True)),
+                ("torch Adagrad(foreach=True)", "adagrad",
+                 lambda s: torch_optimizer(torch.optim.Adagrad, s, lr=1e-4, foreach=True))],
+}
+
+
+def rows_for(kind, shapes) -> list[tuple[str, int, Callable[[], object]]]:
+    """(name, bytes/param floor, zero-argument step) rows, each on its own copy of the state."""
+    lr = torch.tensor(1e-4)
+    kw = KWARGS[kind]
+    rows = []
+    s = make_state(shapes, kind=kind)
+    rows.append(("inductor_lamb op", BYTES_PER_PARAM[kind], lambda s=s: OURS[kind](*s, lr, **kw)))
+    s = make_state(shapes, kind=kind)
+    rows.append(("plain torch reference (eager)", BYTES_PER_PARAM[kind], lambda s=s: REFERENCE[kind](*s, lr, **kw)))
+    s = make_state(shapes, kind=kind)
+    compiled = torch.compile(REFERENCE[kind])
+    rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr, **kw)))
+    for name, floor, make_twin in TWINS[kind]:
+        rows.append((name, BYTES_PER_PARAM[floor], make_twin(shapes)))
     return rows
-
-
-def floor_bytes(method: str) -> int:
-    return BYTES_PER_PARAM["adamw" if "AdamW" in method else "lamb"]
 
 
 def run(args) -> list[dict]:
     torch.set_num_threads(args.threads)
     workloads = {"(a) 1x 1024x1024": [(1024, 1024)], "(b) BERT-like": bert_like_shapes()}
+    print(f"# {machine_line(args.threads)}\n")
+    tables = [(kind, w) for kind in args.ops for w in workloads]
     results = []
-    bw = stream_bandwidth()
-    print(f"# {machine_line(args.threads)}")
-    print(f"# measured bandwidth: copy {bw['copy']:.1f} GB/s, triad {bw['triad']:.1f} GB/s (STREAM bytes), "
-          f"in-place a += s*b {bw['rmw']:.1f} GB/s\n")
-    jobs = [(w, name, fn) for w, shapes in workloads.items() for name, fn in lamb_rows(shapes).items()]
-    times: dict[tuple[str, str], float] = {}
-    for w, name, fn in tqdm(jobs, desc="LAMB step", file=sys.stderr):
-        with torch.no_grad():
-            times[(w, name)] = bench(fn, min_time=args.min_time)
-    for w, shapes in workloads.items():
-        n = numel(shapes)
-        print(f"LAMB, {w}: {len(shapes)} tensors, {n / 1e6:.2f}M params; GB/s at each method's floor "
-              f"(LAMB {BYTES_PER_PARAM['lamb']}, AdamW {BYTES_PER_PARAM['adamw']} B/param)")
-        print(f"| {'method':34s} | {'ms':>8s} | {'vs ours':>8s} | {'GB/s':>7s} | {'% triad':>7s} | {'% rmw':>7s} |")
-        print(f"|{'-' * 36}|{'-' * 10}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
-        ours = times[(w, "inductor_lamb op")]
-        for (ww, name), t in times.items():
-            if ww != w:
-                continue
-            gbs = floor_bytes(name) * n / t / 1e9
-            print(f"| {name:34s} | {t * 1e3:8.3f} | {t / ours:7.2f}x | {gbs:7.1f} | {100 * gbs / bw['triad']:6.0f}% "
-                  f"| {100 * gbs / bw['rmw']:6.0f}% |")
-            results.append({"workload": w, "method": name, "ms": t * 1e3, "gbs": gbs})
-        print()
+    for kind, w in tqdm(tables, desc="optimizer steps", file=sys.stderr):
+        # Each table is measured in one go, with its own bandwidth reference, and its
+        # state freed afterwards: rows are compared under the same machine conditions.
+        bw = stream_bandwidth()
+        rows = rows_for(kind, workloads[w])
+        n = numel(workloads[w])
+        table = []
+        for name, floor, fn in rows:
+            with torch.no_grad():
+                t = bench(fn, min_time=args.min_time)
+            table.append({"op": kind, "workload": w, "method": name, "ms": t * 1e3, "gbs": floor * n / t / 1e9,
+                          "floor": floor, "bw": bw})
+        del rows
+        results += table
+        ours = table[0]["ms"]
+        print(f"{kind.upper()}, {w}: {len(workloads[w])} tensors, {n / 1e6:.2f}M params; GB/s at each method's "
+              f"bytes/param floor; bandwidth now: triad {bw['triad']:.1f} GB/s (STREAM bytes), "
+              f"in-place a += s*b {bw['rmw']:.1f} GB/s")
+        print(f"| {'method':34s} | {'B/param':>7s} | {'ms':>8s} | {'vs ours':>8s} | {'GB/s':>7s} | "
+              f"{'% triad':>7s} | {'% rmw':>7s} |")
+        print(f"|{'-' * 36}|{'-' * 9}|{'-' * 10}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
+        for r in table:
+            print(f"| {r['method']:34s} | {r['floor']:7d} | {r['ms']:8.3f} | {r['ms'] / ours:7.2f}x | "
+                  f"{r['gbs']:7.1f} | {100 * r['gbs'] / bw['triad']:6.0f}% | {100 * r['gbs'] / bw['rmw']:6.0f}% |")
+        print(flush=True)
     if args.plot:
-        plot(results, bw, args.plot)
+        plot(results, args.plot)
     return results
 
 
-def plot(results, bw, path):
+def plot(results, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ops = list(dict.fromkeys(r["op"] for r in results))
     workloads = list(dict.fromkeys(r["workload"] for r in results))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
-        rows = [r for r in results if r["workload"] == w]
-        ax.barh([r["method"] for r in rows], [r["gbs"] for r in rows], color="tab:blue")
-        ax.axvline(bw["triad"], color="tab:red", linestyle="--", label=f"triad {bw['triad']:.0f} GB/s")
-        ax.axvline(bw["rmw"], color="tab:green", linestyle=":", label=f"a += s*b {bw['rmw']:.0f} GB/s")
-        ax.set_title(f"LAMB step, {w}")
-        ax.set_xlabel("GB/s at the method's bytes/param floor (higher is better)")
-        ax.invert_yaxis()
-        ax.legend(loc="lower right")
+    fig, axes = plt.subplots(len(ops), len(workloads), figsize=(6.5 * len(workloads), 3.2 * len(ops)), squeeze=False)
+    for i, kind in enumerate(ops):
+        for ax, w in zip(axes[i], workloads):
+            rows = [r for r in results if r["op"] == kind and r["workload"] == w]
+            bw = rows[0]["bw"]
+            ax.barh([r["method"] for r in rows], [r["gbs"] for r in rows], color="tab:blue")
+            ax.axvline(bw["triad"], color="tab:red", linestyle="--", label=f"triad {bw['triad']:.0f} GB/s")
+            ax.axvline(bw["rmw"], color="tab:green", linestyle=":", label=f"a += s*b {bw['rmw']:.0f} GB/s")
+            ax.set_title(f"{kind.upper()} step, {w}")
+            ax.set_xlabel("GB/s at the method's bytes/param floor (higher is better)")
+            ax.invert_yaxis()
+            ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     print(f"plot: {path}")
 
 
@@ -125,6 +146,7 @@ def main():
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds of repeats per row")
     ap.add_argument("--plot", default="", help="save a PNG bar chart here")
+    ap.add_argument("--ops", nargs="+", default=["lamb", "lars", "adagrad"], choices=["lamb", "lars", "adagrad"])
     run(ap.parse_args())
 
 

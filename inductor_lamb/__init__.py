@@ -9,11 +9,12 @@ import torch
 
 from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
 from . import ops, reference
+from .fuse import fuse_optimizer, mark_layerwise
 from .optim import Adagrad, Lamb, Lars
 
 __version__ = "0.1.0"
 
-__all__ = ["Adagrad", "Lamb", "Lars", "ops", "reference", "cpu_capability", "set_cpu_capability"]
+__all__ = ["Adagrad", "Lamb", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference", "cpu_capability", "set_cpu_capability"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")
 
