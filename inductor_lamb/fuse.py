@@ -120,9 +120,10 @@ def _flat_view(run: list[Tensor]) -> Tensor:
 
 
 class _Fused:
-    def __init__(self, optimizer: Optimizer, do_flatten: bool) -> None:
+    def __init__(self, optimizer: Optimizer, do_flatten: bool, piece_numel: int) -> None:
         self.opt = optimizer
         self.do_flatten = do_flatten
+        self.piece_numel = piece_numel
         self.layerwise = is_layerwise(optimizer)
         self.cls_state_dict = type(optimizer).state_dict
         self.cls_load_state_dict = type(optimizer).load_state_dict
@@ -159,59 +160,73 @@ class _Fused:
         self.shadow = None if self.layerwise else self._make_shadow()
 
     def _make_shadow(self) -> Optimizer:
-        groups = []
-        self.shadow_params = []
-        for gi, b in self.buckets:
-            sp = torch.nn.Parameter(b.flat, requires_grad=True)
-            sp.grad = b.flat_grad
-            self.shadow_params.append(sp)
-            groups.append({**{k: v for k, v in self.opt.param_groups[gi].items() if k not in ("params", "param_names")},
-                           "params": [sp]})
+        """The same optimizer class over cache-sized pieces of the flat buffers: one
+        piece per call keeps its temporaries in cache (one giant buffer is slower
+        than the per-parameter loop it replaces), while the call count drops from
+        one per parameter to one per ``piece_numel`` elements."""
+        groups: dict[int, list[Tensor]] = {}
+        self.pieces: list[tuple[int, int, Tensor]] = []  # (bucket index, start, shadow param)
+        for bi, (gi, b) in enumerate(self.buckets):
+            n = b.flat.numel()
+            for start in range(0, max(n, 1), self.piece_numel):
+                end = min(n, start + self.piece_numel)
+                sp = torch.nn.Parameter(b.flat[start:end], requires_grad=True)
+                sp.grad = b.flat_grad[start:end]
+                self.pieces.append((bi, start, sp))
+                groups.setdefault(gi, []).append(sp)
+        hyper = [{k: v for k, v in self.opt.param_groups[gi].items() if k not in ("params", "param_names")}
+                 for gi in groups]
+        self.shadow_groups = list(groups)  # original group index of each shadow group
         cls = type(self.opt)
+        shadow_groups = [{**h, "params": ps} for h, ps in zip(hyper, groups.values())]
         try:
-            shadow = cls(groups, **self.opt.defaults)
+            shadow = cls(shadow_groups, **self.opt.defaults)
         except TypeError:
-            shadow = cls(groups)
+            shadow = cls(shadow_groups)
         self._push_state(shadow)
         return shadow
 
     # ---- state: per-parameter (the optimizer's own format) <-> flat (the shadow's) ---
 
     def _push_state(self, shadow: Optimizer) -> None:
-        """Per-parameter state of the wrapped optimizer -> flat state of the shadow."""
-        for (gi, b), sp in zip(self.buckets, self.shadow_params):
+        """Per-parameter state of the wrapped optimizer -> state of the shadow's pieces."""
+        flat_states = []
+        for _, b in self.buckets:
             states = [self.opt.state.get(p, {}) for p in b.params]
-            if not states or not states[0]:
-                continue
             flat_state = {}
-            for key, v0 in states[0].items():
-                per_element = key != "step" and all(
-                    isinstance(s.get(key), Tensor) and s[key].shape == p.shape for s, p in zip(states, b.params)
-                )
-                if per_element:
-                    flat_state[key] = torch.cat([s[key].reshape(-1).to(v0.dtype) for s in states])
-                elif isinstance(v0, Tensor):
-                    flat_state[key] = v0.clone()
-                else:
-                    flat_state[key] = v0
-            shadow.state[sp] = flat_state
+            if states and states[0]:
+                for key, v0 in states[0].items():
+                    per_element = key != "step" and all(
+                        isinstance(s.get(key), Tensor) and s[key].shape == p.shape for s, p in zip(states, b.params)
+                    )
+                    flat_state[key] = (torch.cat([s[key].reshape(-1).to(v0.dtype) for s in states]), True) \
+                        if per_element else (v0, False)
+            flat_states.append(flat_state)
+        for bi, start, sp in self.pieces:
+            if flat_states[bi]:
+                shadow.state[sp] = {
+                    k: v[start : start + sp.numel()].clone() if per_element else (v.clone() if isinstance(v, Tensor) else v)
+                    for k, (v, per_element) in flat_states[bi].items()
+                }
 
     def _pull_state(self) -> None:
-        """Flat state of the shadow -> per-parameter state (copies, as unfused would hold)."""
-        for (gi, b), sp in zip(self.buckets, self.shadow_params):
-            flat_state = self.shadow.state.get(sp)
-            if not flat_state:
+        """State of the shadow's pieces -> per-parameter state (copies, as unfused would hold)."""
+        for bi, (_, b) in enumerate(self.buckets):
+            pieces = [sp for pbi, _, sp in self.pieces if pbi == bi]
+            states = [self.shadow.state.get(sp) for sp in pieces]
+            if not states or not all(states):
                 continue
+            flat_state = {}
+            for key, v in states[0].items():
+                per_element = key != "step" and all(
+                    isinstance(s.get(key), Tensor) and s[key].shape == sp.shape for s, sp in zip(states, pieces)
+                )
+                flat_state[key] = (torch.cat([s[key] for s in states]), True) if per_element else (v, False)
             for i, p in enumerate(b.params):
-                st = {}
-                for key, v in flat_state.items():
-                    if key != "step" and isinstance(v, Tensor) and v.dim() == 1 and v.numel() == b.flat.numel():
-                        st[key] = b.split(v)[i].clone()
-                    elif isinstance(v, Tensor):
-                        st[key] = v.clone()
-                    else:
-                        st[key] = v
-                self.opt.state[p] = st
+                self.opt.state[p] = {
+                    k: b.split(v)[i].clone() if per_element else (v.clone() if isinstance(v, Tensor) else v)
+                    for k, (v, per_element) in flat_state.items()
+                }
 
     # ---- the wrapped optimizer's API -------------------------------------------------------
 
@@ -225,7 +240,7 @@ class _Fused:
         if self.layerwise:
             self.opt.step()
             return loss
-        for (gi, _), sg in zip(self.buckets, self.shadow.param_groups):
+        for gi, sg in zip(self.shadow_groups, self.shadow.param_groups):
             for k, v in self.opt.param_groups[gi].items():  # schedulers change the original groups
                 if k not in ("params", "param_names"):
                     sg[k] = v
@@ -249,7 +264,7 @@ class _Fused:
         self.build()
 
 
-def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True) -> Optimizer:
+def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True, piece_numel: int = 1 << 16) -> Optimizer:
     """Makes ``optimizer`` step on contiguous buffers; returns it, with ``fuse_step``.
 
     Args:
@@ -258,6 +273,8 @@ def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True) -> Optimizer:
             into one new buffer and make them views of it (the module keeps working);
             if False, only parameters that already follow each other in memory are
             grouped.
+        piece_numel: element-wise optimizers step the flat buffers in pieces of at
+            most this many elements, so their temporaries stay in cache.
 
     After fusing, call ``optimizer.fuse_step(closure=None)`` instead of ``step``.
     Grads are laid out in a flat buffer too; after ``zero_grad(set_to_none=True)``
@@ -273,7 +290,9 @@ def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True) -> Optimizer:
     """
     if getattr(optimizer, "_inductor_lamb_fused", None) is not None:
         return optimizer
-    fused = _Fused(optimizer, do_flatten)
+    if piece_numel < 1:
+        raise ValueError(f"fuse_optimizer: piece_numel must be positive, got {piece_numel}")
+    fused = _Fused(optimizer, do_flatten, piece_numel)
     optimizer._inductor_lamb_fused = fused
     optimizer.fuse_step = fused.step
     optimizer.state_dict = fused.state_dict

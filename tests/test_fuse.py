@@ -71,12 +71,13 @@ OPTIMIZERS = {
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 @pytest.mark.parametrize("do_flatten", [True, False])
-@pytest.mark.parametrize("set_to_none", [True, False])
-def test_trajectory_equals_unfused(name, do_flatten, set_to_none):
+@pytest.mark.parametrize("set_to_none,piece_numel", [(True, 1 << 16), (False, 1 << 16), (True, 100)])
+def test_trajectory_equals_unfused(name, do_flatten, set_to_none, piece_numel):
+    """piece_numel=100 cuts the flat buffer into pieces whose edges fall inside params."""
     batches = data()
     ref_model, model = make_model(), make_model()
     ref = OPTIMIZERS[name](ref_model.parameters())
-    opt = fuse_optimizer(OPTIMIZERS[name](model.parameters()), do_flatten=do_flatten)
+    opt = fuse_optimizer(OPTIMIZERS[name](model.parameters()), do_flatten=do_flatten, piece_numel=piece_numel)
     x = batches[0][0]
     torch.testing.assert_close(model(x), ref_model(x), rtol=0, atol=0)  # flattening keeps the model intact
     train(ref_model, ref, batches, fused=False, set_to_none=set_to_none)
@@ -122,7 +123,7 @@ def test_checkpoint_moves_between_fused_and_unfused(name):
         return torch.load(buf, weights_only=False)
 
     m1 = make_model()
-    o1 = fuse_optimizer(OPTIMIZERS[name](m1.parameters()))
+    o1 = fuse_optimizer(OPTIMIZERS[name](m1.parameters()), piece_numel=100)
     train(m1, o1, batches[:4], fused=True)
     ck = roundtrip({"m": m1.state_dict(), "o": o1.state_dict()})
     # the fused state_dict has the unfused format
