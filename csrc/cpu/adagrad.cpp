@@ -24,9 +24,7 @@ void adagrad_step_cpu(at::TensorList params, at::TensorList grads, at::TensorLis
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
   check_steps(chk, steps, n, cpu);
-  chk.scalar_tensor(lr, "lr", -1, cpu);
-  chk.optional_scalar(grad_scale, "grad_scale", cpu);
-  chk.optional_scalar(found_inf, "found_inf", cpu);
+  chk.step_scalars(lr, grad_scale, found_inf, cpu);
   chk.in_range(lr_decay, "lr_decay", 0.0, INFINITY, false);
   chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
   chk.in_range(eps, "eps", 0.0, INFINITY, false);

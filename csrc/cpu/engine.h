@@ -75,6 +75,13 @@ class ArgChecker {
   // grad_scale / found_inf: one float32 element on `device`.
   void optional_scalar(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) const;
   void in_range(double v, const char* name, double lo, double hi, bool hi_open) const;
+  // The scalar tensors every step op takes: lr (0-d float32) and the optional grad_scale / found_inf.
+  void step_scalars(const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
+                    const std::optional<at::Tensor>& found_inf, const at::Device& device) const {
+    scalar_tensor(lr, "lr", -1, device);
+    optional_scalar(grad_scale, "grad_scale", device);
+    optional_scalar(found_inf, "found_inf", device);
+  }
 
   // The usual per-index rows: a gradient matches its param's device, shape and dtype;
   // a float32 tensor (optimizer state, master param) matches its param's device and shape.

@@ -27,9 +27,7 @@ void lamb_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList e
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
   check_steps(chk, steps, n, cpu);
-  chk.scalar_tensor(lr, "lr", -1, cpu);
-  chk.optional_scalar(grad_scale, "grad_scale", cpu);
-  chk.optional_scalar(found_inf, "found_inf", cpu);
+  chk.step_scalars(lr, grad_scale, found_inf, cpu);
   chk.in_range(beta1, "beta1", 0.0, 1.0, true);
   chk.in_range(beta2, "beta2", 0.0, 1.0, true);
   chk.in_range(eps, "eps", 0.0, INFINITY, false);

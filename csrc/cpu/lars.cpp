@@ -32,9 +32,7 @@ void lars_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList m
   std::vector<FloatList> floats{{"momentum_buffers", momentum_buffers}};
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
-  chk.scalar_tensor(lr, "lr", -1, cpu);
-  chk.optional_scalar(grad_scale, "grad_scale", cpu);
-  chk.optional_scalar(found_inf, "found_inf", cpu);
+  chk.step_scalars(lr, grad_scale, found_inf, cpu);
   TORCH_CHECK(weight_decay.size() == 1 || weight_decay.size() == n, "lars_step_: weight_decay has ",
               weight_decay.size(), " values; expected 1 or one per param (", n, ")");
   for (size_t i = 0; i < weight_decay.size(); ++i)
