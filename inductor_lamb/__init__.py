@@ -11,10 +11,13 @@ from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
 from . import ops, reference
 from .fuse import fuse_optimizer, mark_layerwise
 from .optim import Adagrad, Lamb, Lars
+from ._inductor import compile_path, set_compile_path
+from ._inductor import install as _install_compile_path
 
 __version__ = "0.1.0"
 
-__all__ = ["Adagrad", "Lamb", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference", "cpu_capability", "set_cpu_capability"]
+__all__ = ["Adagrad", "Lamb", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference", "cpu_capability", "set_cpu_capability",
+           "compile_path", "set_compile_path"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")
 
@@ -36,3 +39,6 @@ def set_cpu_capability(name: str) -> None:
     if _CAPABILITIES.index(name) > best:
         raise ValueError(f"CPU capability {name!r} is not supported here (best: {_CAPABILITIES[best]!r})")
     torch.ops.lamb._cpu_capability(_CAPABILITIES.index(name))
+
+
+_install_compile_path()

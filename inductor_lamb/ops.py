@@ -7,6 +7,7 @@ only has to exist (and accept the same arguments): it allocates nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -146,34 +147,42 @@ def check_lists(
             fail(f"steps[{i}] must be a 0-d float32 tensor")
 
 
-@torch.library.register_fake("lamb::lamb_step_")
-def _lamb_step_fake(
-    params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1=0.9, beta2=0.999, eps=1e-6,
-    weight_decay=0.01, bias_correction=True, grad_averaging=True, always_adapt=False,
-    trust_clip=False, max_grad_norm=0.0, grad_scale=None, found_inf=None, master_params=None,
-) -> None:
-    check_lists(
-        "lamb_step_", params, grads,
-        {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs, "master_params": master_params}, steps, lr,
-    )
+def bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op call's arguments by name, with the schema's defaults filled in."""
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(args):
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            raise TypeError(f"{op}: missing argument {arg.name!r}")
+    return out
 
 
-@torch.library.register_fake("lamb::lars_step_")
-def _lars_step_fake(
-    params, grads, momentum_buffers, lr, momentum=0.9, lars_coeff=0.001, eps=0.0, rescale_grad=1.0,
-    weight_decay=(5e-4,), layer_adaptation=(), grad_scale=None, found_inf=None, master_params=None,
-) -> None:
-    check_lists(
-        "lars_step_", params, grads, {"momentum_buffers": momentum_buffers, "master_params": master_params},
-        None, lr,
-    )
+# The float32 lists of each op (checked like its params) and whether it has steps.
+_FLOAT_LISTS = {
+    "lamb_step_": ("exp_avgs", "exp_avg_sqs", "master_params"),
+    "lars_step_": ("momentum_buffers", "master_params"),
+    "adagrad_step_": ("state_sums", "master_params"),
+}
 
 
-@torch.library.register_fake("lamb::adagrad_step_")
-def _adagrad_step_fake(
-    params, grads, state_sums, steps, lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False,
-    grad_scale=None, found_inf=None, master_params=None,
-) -> None:
-    check_lists(
-        "adagrad_step_", params, grads, {"state_sums": state_sums, "master_params": master_params}, steps, lr,
-    )
+def check_fake(name: str, a: dict[str, Any]) -> None:
+    """The trace-time checks of op ``name`` on its bound arguments ``a``."""
+    check_lists(name, a["params"], a["grads"], {k: a[k] for k in _FLOAT_LISTS[name]}, a.get("steps"), a["lr"])
+
+
+def _register_fakes() -> None:
+    for name in _FLOAT_LISTS:
+        op = getattr(torch.ops.lamb, name).default
+
+        def fake(*args: Any, _op=op, _name=name, **kwargs: Any) -> None:
+            check_fake(_name, bind(_op, args, kwargs))
+
+        torch.library.register_fake(f"lamb::{name}")(fake)
+
+
+_register_fakes()

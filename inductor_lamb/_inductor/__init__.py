@@ -1,1 +1,199 @@
-"""Inductor lowerings of the torch.ops.lamb ops (the Inductor-lowering issue); empty until they land."""
+"""How ``torch.compile`` sees the ``torch.ops.lamb`` ops.
+
+Three paths, best first; :func:`compile_path` says which one is active:
+
+``"lowering"``
+    An Inductor lowering per op (``register_lowering``) writes the step in
+    Inductor IR with ``mutate_to`` on the list arguments, so the compiled graph
+    runs the whole step, all params, in one generated C++ function on CPU (a few
+    Triton kernels on GPU) fused with the rest of the graph.
+``"decomposition"``
+    When the lowering cannot be installed (Inductor internals moved), the same
+    math as ``torch._foreach_*`` ops, registered as a ``CompositeImplicitAutograd``
+    kernel that tracing applies (eager still runs the C++ kernel). Fused by
+    Inductor, slower than the lowering.
+``"external"``
+    The op stays one opaque external call in the compiled code: correct, eager speed.
+
+Both fused paths come from one description of each step (``lamb.py``,
+``lars.py``, ``adagrad.py`` over the vocabulary of ``backends.py``).
+
+Installing never raises: a failure falls to the next path with one warning.
+``INDUCTOR_LAMB_COMPILE_PATH=decomposition|external`` forces a path at import,
+:func:`set_compile_path` at run time (call ``torch._dynamo.reset()`` after it).
+
+Cache safety: lowerings and decompositions are not part of Inductor's FX graph
+cache key, so a warm cache could serve code compiled on another path or an
+older lowering. :class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid``
+carries :data:`LOWERING_VERSION` and the active path; installing appends it to
+``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
+user set there). That entry is the only Inductor config this package touches.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["LOWERING_VERSION", "CacheKeyPass", "compile_path", "set_compile_path", "install"]
+
+# Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
+LOWERING_VERSION = "1"
+
+PATHS = ("lowering", "decomposition", "external")
+
+_state: dict[str, Any] = {"path": None, "library": None, "lowered": []}
+
+
+def _step_functions() -> dict[str, Callable[..., None]]:
+    from .adagrad import adagrad_step
+    from .lamb import lamb_step
+    from .lars import lars_step
+
+    return {"lamb_step_": lamb_step, "lars_step_": lars_step, "adagrad_step_": adagrad_step}
+
+
+def compile_path() -> str:
+    """The active path: ``"lowering"``, ``"decomposition"`` or ``"external"``."""
+    return _state["path"] or "external"
+
+
+# ---- the paths -------------------------------------------------------------------
+
+
+def _install_lowering() -> None:
+    from torch._inductor.lowering import lowerings, register_lowering
+
+    from ..ops import bind
+    from .backends import IRBackend
+
+    for name, step in _step_functions().items():
+        op = getattr(torch.ops.lamb, name).default
+
+        def lowering(*args: Any, _op=op, _step=step, **kwargs: Any) -> tuple[()]:
+            _step(IRBackend(), **bind(_op, args, kwargs))
+            return ()
+
+        register_lowering(op, type_promotion_kind=None)(lowering)
+        _state["lowered"].append(op)
+        assert op in lowerings
+
+
+def _install_decomposition() -> None:
+    from ..ops import bind, check_fake
+    from .backends import TorchBackend
+
+    lib = torch.library.Library("lamb", "IMPL")
+    _state["library"] = lib
+    for name, step in _step_functions().items():
+        op = getattr(torch.ops.lamb, name).default
+
+        def decomposition(*args: Any, _op=op, _step=step, _name=name, **kwargs: Any) -> None:
+            a = bind(_op, args, kwargs)
+            check_fake(_name, a)  # same errors as the fake kernel, at trace time
+            _step(TorchBackend(), **a)
+
+        lib.impl(name, decomposition, "CompositeImplicitAutograd")
+
+
+def _uninstall() -> None:
+    try:
+        from torch._inductor.lowering import lowerings
+    except Exception:  # noqa: BLE001  (nothing can have been installed)
+        lowerings = {}
+    for op in _state["lowered"]:
+        lowerings.pop(op, None)
+    _state["lowered"] = []
+    if _state["library"] is not None:
+        _state["library"]._destroy()
+        _state["library"] = None
+    _state["path"] = None
+
+
+_INSTALLERS = {"lowering": _install_lowering, "decomposition": _install_decomposition}
+
+
+def set_compile_path(path: str = "lowering", *, warn: bool = True) -> str:
+    """Installs ``path`` (or the best path below it that installs) and returns the
+    active one. Graphs compiled before keep the code they were compiled with:
+    call ``torch._dynamo.reset()`` afterwards."""
+    if path not in PATHS:
+        raise ValueError(f"unknown compile path {path!r}; expected one of {PATHS}")
+    _uninstall()
+    errors = []
+    for candidate in PATHS[PATHS.index(path):]:
+        if candidate == "external":
+            _state["path"] = "external"
+            break
+        try:
+            _INSTALLERS[candidate]()
+            _state["path"] = candidate
+            break
+        except Exception as e:  # noqa: BLE001  (moved internals: any error means "not available")
+            _uninstall()
+            errors.append(f"{candidate}: {type(e).__name__}: {e}")
+    if warn and errors:
+        warnings.warn(
+            f"inductor_lamb: torch.compile uses the {compile_path()!r} path for torch.ops.lamb ops "
+            f"({'; '.join(errors)}); compiled steps are slower than with the Inductor lowering.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    _install_cache_key_pass()
+    return compile_path()
+
+
+def install() -> str:
+    """Called once on import: the path named by ``INDUCTOR_LAMB_COMPILE_PATH``
+    (default ``lowering``), falling back as needed. Never raises."""
+    requested = os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", "lowering")
+    if requested not in PATHS:
+        warnings.warn(f"inductor_lamb: ignoring INDUCTOR_LAMB_COMPILE_PATH={requested!r} (expected one of {PATHS})")
+        requested = "lowering"
+    try:
+        return set_compile_path(requested, warn=True)
+    except Exception as e:  # noqa: BLE001  (import must never fail)
+        warnings.warn(f"inductor_lamb: could not set up torch.compile support ({e}); ops stay external calls")
+        _state["path"] = "external"
+        return "external"
+
+
+# ---- cache key ---------------------------------------------------------------------
+
+try:
+    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
+except Exception:  # noqa: BLE001
+    _PassBase = object  # type: ignore[assignment,misc]
+
+
+class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
+    """A post-grad pass that changes nothing; its ``uuid`` puts the lowering
+    version and the active path into Inductor's FX graph cache key."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{compile_path()}"
+
+
+_CACHE_KEY_PASS = CacheKeyPass()
+
+
+def _install_cache_key_pass() -> None:
+    if _PassBase is object:
+        return
+    from torch._inductor import config
+
+    current = config.post_grad_custom_post_pass
+    passes = list(current) if isinstance(current, (list, tuple)) else ([current] if current else [])
+    if any(isinstance(p, CacheKeyPass) for p in passes):
+        return  # already chained; its uuid follows compile_path()
+    if not passes:
+        config.post_grad_custom_post_pass = _CACHE_KEY_PASS
+    else:
+        config.post_grad_custom_post_pass = [*passes, _CACHE_KEY_PASS]

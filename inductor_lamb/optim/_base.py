@@ -49,6 +49,9 @@ class FusedOptimizer(Optimizer):
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
+        # Counts step() calls; a tensor because compiled code keeps in-place tensor
+        # updates but drops attribute writes on optimizers.
+        self._steps_taken = torch.zeros((), dtype=torch.int64)
         super().__init__(params, defaults)
 
     # ---- param groups and state -------------------------------------------------
@@ -64,8 +67,15 @@ class FusedOptimizer(Optimizer):
                 raise TypeError(
                     f"{type(self).__name__} supports float32, bfloat16 and float16 params, got {p.dtype}"
                 )
+        # State is created now rather than at the first step (as torch.optim does): a
+        # compiled training step then sees the same state from its first call and
+        # compiles once. Master copies stay lazy (they copy the param's value, which
+        # may still be loaded after the optimizer is built).
+        for p in group["params"]:
+            if p.requires_grad:
+                self._init_state(p, group, master=False)
 
-    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+    def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
         if len(state) == 0:
             # step on the param's device, as the op reads it there (no host sync on GPU)
@@ -74,8 +84,8 @@ class FusedOptimizer(Optimizer):
                 state[key] = torch.full_like(
                     p, self._state_fill(key, group), dtype=torch.float32, memory_format=torch.preserve_format
                 )
-            if group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
-                state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
+        if master and "master_param" not in state and group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
+            state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
         return state
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
@@ -178,6 +188,7 @@ class FusedOptimizer(Optimizer):
             closure: a closure that re-evaluates the model and returns the loss.
         """
         loss = None
+        self._steps_taken.add_(1)
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -206,7 +217,8 @@ class FusedOptimizer(Optimizer):
 
     @property
     def _opt_called(self) -> bool:
-        return len(self.state) > 0
+        # Read by LR schedulers once, on their first step (eagerly).
+        return bool(self._steps_taken > 0)
 
     @_opt_called.setter
     def _opt_called(self, value: bool) -> None:

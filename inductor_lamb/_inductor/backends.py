@@ -1,0 +1,189 @@
+"""The two ways a compiled graph can express an optimizer step: Inductor IR
+(the lowering) and ``torch._foreach_*`` ops (the decomposition fallback).
+
+Each optimizer writes its step once, in ``lamb.py`` / ``lars.py`` / ``adagrad.py``,
+against the small list-level vocabulary below; a backend turns it into either
+Inductor IR nodes or traceable torch ops. So the lowering and the fallback are
+the same equations by construction, and both follow the eager in-place order
+(a read created after ``assign(x, ...)`` sees the new ``x``).
+
+Arguments of the list ops are lists of tensors (one per param), single tensors
+(0-d scalars such as ``lr``) or Python floats; lists are zipped, everything
+else is broadcast to every element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _zip_map(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn`` element-wise over the list arguments (others broadcast); a single
+    result when no argument is a list."""
+    lengths = {len(a) for a in args if isinstance(a, list)}
+    if not lengths:
+        return fn(*args)
+    if len(lengths) != 1:
+        raise ValueError(f"list arguments of different lengths: {sorted(lengths)}")
+    (n,) = lengths
+    return [fn(*(a[i] if isinstance(a, list) else a for a in args)) for i in range(n)]
+
+
+class Backend:
+    """The vocabulary the optimizer math is written in."""
+
+    found_inf: Any = None  # 0-d tensor; when nonzero every assign keeps the old value
+
+    def add(self, a, b): return _zip_map(self._add, a, b)
+    def sub(self, a, b): return _zip_map(self._sub, a, b)
+    def mul(self, a, b): return _zip_map(self._mul, a, b)
+    def div(self, a, b): return _zip_map(self._div, a, b)
+    def sqrt(self, a): return _zip_map(self._sqrt, a)
+    def reciprocal(self, a): return _zip_map(self._reciprocal, a)
+    def maximum(self, a, b: float): return _zip_map(self._maximum, a, b)
+    def minimum(self, a, b: float): return _zip_map(self._minimum, a, b)
+    def where_positive(self, a, b, then, otherwise):
+        """``then`` where ``a > 0 and b > 0``, else ``otherwise`` (element-wise)."""
+        return _zip_map(self._where_positive, a, b, then, otherwise)
+    def pow_scalar(self, base: float, exponent):
+        """``base ** exponent`` in float64 (like the C++ kernels: ``1 - beta2**t`` loses
+        digits in float32); ``to_float`` it after the float64 math on it."""
+        return _zip_map(self._pow_scalar, base, exponent)
+    def sumsq(self, a): return _zip_map(self._sumsq, a)
+    def to_float(self, a): return _zip_map(self._to_float, a)
+
+    def one_minus(self, a): return self.add(self.mul(a, -1.0), 1.0)
+
+    def scalar(self, a):
+        """Marks per-tensor scalar math (beta powers, trust ratios) to be computed
+        once, not inside every element loop that uses it."""
+        return a
+
+    def assign(self, dst: Sequence[Any] | None, src: Sequence[Any]) -> None:
+        """``dst[i] = src[i]`` in place (cast to ``dst``'s dtype), skipped when
+        ``found_inf`` is set."""
+        if dst is None:
+            return
+        self._assign(list(dst), src)
+
+
+class IRBackend(Backend):
+    """Inductor IR, built from Inductor's own lowerings of aten ops; device-agnostic
+    (C++ on CPU, Triton on GPU)."""
+
+    def __init__(self) -> None:
+        from torch._inductor import lowering as L
+
+        self.L = L
+        self.lw = L.lowerings
+
+    def _add(self, a, b): return self.lw[aten.add.Tensor](a, b)
+    def _sub(self, a, b): return self.lw[aten.sub.Tensor](a, b)
+    def _mul(self, a, b): return self.lw[aten.mul.Tensor](a, b)
+    def _div(self, a, b): return self.lw[aten.div.Tensor](a, b)
+    def _sqrt(self, a): return self.lw[aten.sqrt.default](a)
+    def _reciprocal(self, a): return self.lw[aten.reciprocal.default](a)
+    def _maximum(self, a, b): return self.lw[aten.clamp_min.default](a, b)
+    def _minimum(self, a, b): return self.lw[aten.clamp_max.default](a, b)
+    def _pow_scalar(self, base, e): return self.lw[aten.pow.Scalar](base, self.L.to_dtype(e, torch.float64))
+    def _sumsq(self, a): return self.lw[aten.sum.default](self._mul(a, a))
+    def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
+
+    def _where_positive(self, a, b, then, otherwise):
+        both = self.lw[aten.logical_and.default](self.lw[aten.gt.Scalar](a, 0.0), self.lw[aten.gt.Scalar](b, 0.0))
+        return self.lw[aten.where.self](both, then, self._as_tensor_like(otherwise, then))
+
+    def _as_tensor_like(self, x, like):
+        if isinstance(x, (int, float)):
+            return self.L.full_like(like, float(x))
+        return x
+
+    def scalar(self, a):
+        for x in a if isinstance(a, list) else [a]:
+            x.realize()
+        return a
+
+    def _assign(self, dst, src) -> None:
+        for d, s in zip(dst, src):
+            s = self.L.to_dtype(s, d.get_dtype())
+            if self.found_inf is not None:
+                skip = self.lw[aten.ne.Scalar](self.found_inf, 0.0)
+                s = self.lw[aten.where.self](skip, d, s)
+            # Realizes s straight into d's buffer (no copy kernel); reads created
+            # after this see the new value.
+            self.L.mutate_to(d, s, unsafe_alias=True)
+
+
+class TorchBackend(Backend):
+    """Traceable torch ops (``torch._foreach_*`` on lists where one exists); used
+    as a ``CompositeImplicitAutograd`` decomposition when the lowering cannot be
+    installed, so Inductor still fuses the step (slower than the lowering)."""
+
+    _FOREACH = {"_add": torch._foreach_add, "_sub": torch._foreach_sub, "_mul": torch._foreach_mul,
+                "_div": torch._foreach_div}
+
+    def _binary(self, name: str, a, b):
+        if isinstance(a, list) and (isinstance(b, (list, float, int))):
+            return list(self._FOREACH[name](a, b))  # foreach over lists or with a Python scalar
+        return _zip_map(getattr(torch, name[1:]), a, b)
+
+    def add(self, a, b): return self._binary("_add", a, b)
+    def sub(self, a, b): return self._binary("_sub", a, b)
+    def mul(self, a, b): return self._binary("_mul", a, b)
+    def div(self, a, b): return self._binary("_div", a, b)
+
+    def sqrt(self, a): return list(torch._foreach_sqrt(a)) if isinstance(a, list) else torch.sqrt(a)
+
+    def pow_scalar(self, base, exponent):
+        if isinstance(exponent, list):
+            return list(torch._foreach_pow(base, [e.double() for e in exponent]))
+        return torch.pow(base, exponent.double())
+
+    def _reciprocal(self, a): return torch.reciprocal(a)
+    def _maximum(self, a, b): return torch.clamp_min(a, b)
+    def _minimum(self, a, b): return torch.clamp_max(a, b)
+    # _foreach_norm has no Inductor lowering (it would stay an external call).
+    def _sumsq(self, a): return (a * a).sum()
+    def _to_float(self, a): return a.float()
+
+    def _where_positive(self, a, b, then, otherwise):
+        return torch.where((a > 0) & (b > 0), then, otherwise)
+
+    def _assign(self, dst, src) -> None:
+        if self.found_inf is not None:
+            skip = self.found_inf != 0
+            src = [torch.where(skip, d, s.to(d.dtype)) for d, s in zip(dst, src)]
+        torch._foreach_copy_(dst, src)
+
+
+def scaled_grads(B: Backend, grads: list[Any], grad_scale: Any, factor: float = 1.0, max_grad_norm: float = 0.0):
+    """float32 ``grads * factor / grad_scale``, clipped by their global norm when
+    ``max_grad_norm > 0`` (the grad handling every op shares)."""
+    g = B.to_float(grads)
+    mul = None if grad_scale is None else B.scalar(B.mul(B.reciprocal(grad_scale), factor))
+    if factor != 1.0 and mul is None:
+        g = B.mul(g, factor)
+    if mul is not None:
+        g = B.mul(g, mul)
+    if max_grad_norm > 0:
+        total = None
+        for sq in B.sumsq(g):
+            total = sq if total is None else B.add(total, sq)
+        clip = B.scalar(B.maximum(B.div(B.sqrt(total), max_grad_norm), 1.0))
+        g = B.div(g, clip)
+    return g
+
+
+def master_or_params(B: Backend, params: list[Any], master_params: list[Any] | None):
+    """The float32 params the math reads: the master copies when given."""
+    return list(master_params) if master_params is not None else B.to_float(params)
+
+
+def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None, new: list[Any]) -> None:
+    B.assign(master_params, new)
+    B.assign(params, new)
