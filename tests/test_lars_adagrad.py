@@ -328,27 +328,3 @@ def test_checkpoint_resume(cls, kw):
     assert all(torch.equal(a, b) for a, b in zip(m3.parameters(), expected))
 
 
-@pytest.mark.parametrize("cls,kw", [(Lars, dict(lr=0.3, weight_decay=1e-3)), (Adagrad, dict(lr=0.05))])
-def test_compiled_training_step_matches_eager(cls, kw):
-    torch._dynamo.reset()
-    model_e, data = model_and_data()
-    model_c = copy.deepcopy(model_e)
-    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
-    sch_e = torch.optim.lr_scheduler.ExponentialLR(opt_e, 0.9)
-    sch_c = torch.optim.lr_scheduler.ExponentialLR(opt_c, 0.9)
-
-    def step(model, opt, x, y):
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
-
-    with torch._dynamo.config.patch(trace_autograd_ops=True):
-        cstep = torch.compile(step, fullgraph=True)
-        for x, y in data:
-            torch.testing.assert_close(cstep(model_c, opt_c, x, y), step(model_e, opt_e, x, y), rtol=1e-5, atol=1e-6)
-            sch_e.step()
-            sch_c.step()
-    for p, q in zip(model_c.parameters(), model_e.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

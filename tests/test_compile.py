@@ -1,0 +1,404 @@
+"""torch.compile of the ops and optimizers: the Inductor lowerings, their fallbacks, the cache key."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import warnings
+
+import expecttest
+import pytest
+import torch
+from conftest import MIXED_SHAPES, clone_lists, make_lists, noncontiguous_like
+from torch import nn
+from torch._inductor.utils import run_and_get_code
+
+import inductor_lamb
+from inductor_lamb import Adagrad, Lamb, Lars, reference
+from inductor_lamb import _inductor as lowering_mod
+
+PATHS = ("lowering", "decomposition", "external")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    if inductor_lamb.compile_path() != "lowering":
+        inductor_lamb.set_compile_path("lowering")
+    torch._dynamo.reset()
+
+
+def use_path(path: str) -> None:
+    assert inductor_lamb.set_compile_path(path) == path
+    torch._dynamo.reset()
+
+
+# ---- op calls ------------------------------------------------------------------------
+
+# (op, list arguments beyond params/grads, keyword arguments); each is compiled and
+# run against the eager C++ kernel on the same data.
+OP_CASES = {
+    "lamb": ("lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"), dict(weight_decay=0.01)),
+    "lamb_all_options": (
+        "lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"),
+        dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True, max_grad_norm=1.0,
+             grad_scale=torch.tensor(4.0)),
+    ),
+    "lamb_no_bias_correction_always_adapt": (
+        "lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"),
+        dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True),
+    ),
+    "lars": ("lars_step_", ("exp_avgs",), dict(weight_decay=[1e-3, 0.0, 5e-4] * 3,
+                                                layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
+    "lars_grad_scale": ("lars_step_", ("exp_avgs",), dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
+    "adagrad": ("adagrad_step_", ("exp_avg_sqs", "steps"), dict(lr_decay=0.01, weight_decay=0.1)),
+    "adagrad_maximize": ("adagrad_step_", ("exp_avg_sqs", "steps"), dict(maximize=True, grad_scale=torch.tensor(8.0))),
+}
+
+
+def op_args(case: str, layout: str | None = None, dtype=torch.float32, shapes=MIXED_SHAPES, seed=0):
+    """(op name, list arguments, kwargs) for ``case`` on random data."""
+    name, extra, kwargs = OP_CASES[case]
+    p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
+    lists = {"params": p, "grads": g, "exp_avgs": m, "exp_avg_sqs": v, "steps": s}
+    if layout is not None:
+        for k in ("params", "grads", "exp_avgs", "exp_avg_sqs"):
+            lists[k] = [noncontiguous_like(t, layout) for t in lists[k]]
+    args = [lists["params"], lists["grads"], *(lists[k] for k in extra)]
+    kwargs = dict(kwargs)
+    if dtype != torch.float32:
+        kwargs["master_params"] = [t.float() for t in lists["params"]]
+    return name, args, kwargs
+
+
+def run_op(fn, name, args, kwargs, lrs):
+    for lr in lrs:
+        fn(name, args, torch.tensor(lr), kwargs)
+
+
+def eager_call(name, args, lr, kwargs):
+    getattr(torch.ops.lamb, name)(*args, lr, **kwargs)
+
+
+def all_lists(args, kwargs):
+    return [*args, *([kwargs["master_params"]] if "master_params" in kwargs else [])]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", list(OP_CASES))
+def test_compiled_op_matches_eager(path, case):
+    use_path(path)
+    name, args, kwargs = op_args(case)
+    compiled = torch.compile(eager_call, fullgraph=True)
+    c_args, c_kwargs = clone_lists(args), dict(kwargs)
+    run_op(compiled, name, c_args, c_kwargs, [0.01, 0.02, 0.005])
+    run_op(eager_call, name, args, kwargs, [0.01, 0.02, 0.005])
+    for i, (a, b) in enumerate(zip(c_args, args)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m: f"list {i}[{j}]: {m}")
+    assert c_args[1] is not args[1] and all(torch.equal(x, y) for x, y in zip(c_args[1], args[1]))  # grads
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+@pytest.mark.parametrize("case", ["lamb", "lars", "adagrad"])
+def test_lowering_noncontiguous_matches_contiguous(case, layout):
+    compiled = torch.compile(eager_call, fullgraph=True)
+    name, nc_args, kwargs = op_args(case, layout=layout)
+    _, args, _ = op_args(case)
+    run_op(compiled, name, nc_args, kwargs, [0.01, 0.03])
+    run_op(eager_call, name, args, kwargs, [0.01, 0.03])
+    for a, b in zip(nc_args, args):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", ["lamb", "lars", "adagrad"])
+def test_lowering_low_precision_with_master(case, dtype):
+    compiled = torch.compile(eager_call, fullgraph=True)
+    name, c_args, c_kwargs = op_args(case, dtype=dtype)
+    _, args, kwargs = op_args(case, dtype=dtype)
+    run_op(compiled, name, c_args, c_kwargs, [0.01, 0.02])
+    run_op(eager_call, name, args, kwargs, [0.01, 0.02])
+    torch.testing.assert_close(c_kwargs["master_params"], kwargs["master_params"], rtol=1e-5, atol=1e-6)
+    for x, m in zip(c_args[0], c_kwargs["master_params"]):
+        assert torch.equal(x, m.to(dtype))  # the param is the rounded master
+
+
+def test_lowering_matches_float64_reference():
+    """The lowering against the spec itself (not only against the C++ kernel)."""
+    compiled = torch.compile(eager_call, fullgraph=True)
+    name, args, kwargs = op_args("lamb_all_options")
+    ref = clone_lists([*args], torch.float64)
+    for lr in (0.01, 0.02, 0.005):
+        compiled(name, args, torch.tensor(lr), kwargs)
+        reference.lamb_step(*ref, lr, **{k: v for k, v in kwargs.items()})
+    for a, b in zip(args, ref):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x.double(), y, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("path", ["lowering", "decomposition"])
+def test_found_inf_skips_everything(path):
+    use_path(path)
+    compiled = torch.compile(eager_call, fullgraph=True)
+    for case in ("lamb", "lars", "adagrad"):
+        name, args, kwargs = op_args(case)
+        before = clone_lists(args)
+        compiled(name, args, torch.tensor(0.1), {**kwargs, "found_inf": torch.tensor(1.0)})
+        for a, b in zip(args, before):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), case
+        compiled(name, args, torch.tensor(0.1), {**kwargs, "found_inf": torch.tensor(0.0)})
+        assert not torch.equal(args[0][0], before[0][0])
+
+
+def test_bad_input_fails_at_trace_time_with_the_op_message():
+    compiled = torch.compile(eager_call, fullgraph=True)
+    name, args, kwargs = op_args("lamb")
+    args[3] = args[3][:-1]
+    with pytest.raises(Exception, match=r"exp_avg_sqs has 8 tensors but params has 9"):
+        compiled(name, args, torch.tensor(0.1), kwargs)
+
+
+# ---- generated code ------------------------------------------------------------------
+
+
+def code_summary(name: str, n_params: int) -> str:
+    shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(n_params)]
+    case = {"lamb_step_": "lamb", "lars_step_": "lars_grad_scale", "adagrad_step_": "adagrad"}[name]
+    _, args, kwargs = op_args(case, shapes=shapes)
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
+    code = "\n".join(codes)
+    kernels = code.count("async_compile.cpp_pybinding(") + code.count("async_compile.triton(")
+    return f"{kernels} kernel(s), {code.count('torch.ops.lamb.')} external lamb call(s)"
+
+
+class TestGeneratedCode(expecttest.TestCase):
+    def test_one_kernel_for_the_whole_step(self):
+        """One generated function per step whatever the number of params, no external call."""
+        lines = [
+            f"{name} x{n}: {code_summary(name, n)}"
+            for name in ("lamb_step_", "lars_step_", "adagrad_step_")
+            for n in (4, 40)
+        ]
+        self.assertExpectedInline("\n".join(lines), """\
+lamb_step_ x4: 1 kernel(s), 0 external lamb call(s)
+lamb_step_ x40: 1 kernel(s), 0 external lamb call(s)
+lars_step_ x4: 1 kernel(s), 0 external lamb call(s)
+lars_step_ x40: 1 kernel(s), 0 external lamb call(s)
+adagrad_step_ x4: 1 kernel(s), 0 external lamb call(s)
+adagrad_step_ x40: 1 kernel(s), 0 external lamb call(s)""")
+
+    def test_fallback_paths_code(self):
+        lines = []
+        for path in ("decomposition", "external"):
+            use_path(path)
+            lines.append(f"{path}: {code_summary('lamb_step_', 40)}")
+        self.assertExpectedInline("\n".join(lines), """\
+decomposition: 1 kernel(s), 0 external lamb call(s)
+external: 0 kernel(s), 1 external lamb call(s)""")
+
+
+# ---- training steps --------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "Lamb": (Lamb, dict(lr=0.02, weight_decay=0.01)),
+    "Lars": (Lars, dict(lr=0.3, weight_decay=1e-3)),
+    "Adagrad": (Adagrad, dict(lr=0.05, weight_decay=1e-4)),
+}
+
+
+def make_model(seed=0):
+    # No LayerNorm here: its zero-initialised bias gets grads with heavy cancellation,
+    # whose compiled-vs-eager rounding LAMB's first steps amplify to ~1e-5 (measured).
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 5))
+
+
+def batches(n, seed=100):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)) for _ in range(n)]
+
+
+def train_step(model, opt, x, y):
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+class CountingBackend:
+    """Inductor, counting compilations."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        self.graphs += 1
+        return compile_fx(gm, example_inputs)
+
+
+@pytest.mark.parametrize("path", ["lowering", "decomposition"])
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+def test_whole_training_step_one_graph_one_compilation(opt_name, path):
+    """Recipe (a): forward, backward, step, zero_grad in one fullgraph graph, compiled once
+    while a scheduler changes lr every step; matches eager within 1e-6 relative."""
+    use_path(path)
+    cls, kw = OPTIMIZERS[opt_name]
+    model_e = make_model()
+    model_c = copy.deepcopy(model_e)
+    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
+    sched_e = torch.optim.lr_scheduler.ExponentialLR(opt_e, gamma=0.8)
+    sched_c = torch.optim.lr_scheduler.ExponentialLR(opt_c, gamma=0.8)
+    backend = CountingBackend()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(train_step, backend=backend, fullgraph=True)
+        for x, y in batches(5):
+            torch.testing.assert_close(compiled(model_c, opt_c, x, y), train_step(model_e, opt_e, x, y),
+                                       rtol=1e-6, atol=1e-6)
+            sched_e.step()
+            sched_c.step()
+    assert backend.graphs == 1
+    assert float(opt_c.param_groups[0]["lr"]) == pytest.approx(kw["lr"] * 0.8**5)
+    for p, q in zip(model_c.parameters(), model_e.parameters()):
+        # relative in norm: compiled forward/backward round differently from eager
+        # (element-wise relative error is meaningless for entries near 0)
+        assert ((p - q).norm() / q.norm()).item() <= 1e-6
+    for p in model_c.parameters():
+        assert float(opt_c.state[p]["step"]) == (0.0 if cls is Lars else 5.0)
+
+
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+def test_compiled_model_and_compiled_opt_step(opt_name):
+    """Recipe (b): a compiled model plus ``torch.compile(opt.step)``."""
+    cls, kw = OPTIMIZERS[opt_name]
+    model_e = make_model()
+    model_c = copy.deepcopy(model_e)
+    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
+    sched_e = torch.optim.lr_scheduler.ExponentialLR(opt_e, gamma=0.8)
+    sched_c = torch.optim.lr_scheduler.ExponentialLR(opt_c, gamma=0.8)
+    cmodel = torch.compile(model_c)
+    backend = CountingBackend()
+    cstep = torch.compile(opt_c.step, fullgraph=True, backend=backend)
+    for x, y in batches(4):
+        for m, o, st in ((model_e, opt_e, opt_e.step), (cmodel, opt_c, cstep)):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            st()
+        sched_e.step()
+        sched_c.step()
+    assert backend.graphs == 1
+    for p, q in zip(model_c.parameters(), model_e.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+# ---- install guard and cache key -----------------------------------------------------------
+
+
+def test_fallbacks_when_installing_fails(monkeypatch):
+    def broken():
+        raise AttributeError("lowerings moved")
+
+    monkeypatch.setitem(lowering_mod._INSTALLERS, "lowering", broken)
+    with pytest.warns(RuntimeWarning, match="'decomposition' path.*lowerings moved"):
+        assert inductor_lamb.set_compile_path("lowering") == "decomposition"
+    monkeypatch.setitem(lowering_mod._INSTALLERS, "decomposition", broken)
+    with pytest.warns(RuntimeWarning, match="'external' path"):
+        assert inductor_lamb.set_compile_path("lowering") == "external"
+    torch._dynamo.reset()
+    name, args, kwargs = op_args("lamb")
+    _, ref_args, _ = op_args("lamb")
+    _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
+    assert "torch.ops.lamb.lamb_step_" in "\n".join(codes)
+    eager_call(name, ref_args, torch.tensor(0.1), kwargs)
+    assert all(torch.equal(x, y) for x, y in zip(args[0], ref_args[0]))
+
+
+def test_set_compile_path_validates():
+    with pytest.raises(ValueError, match="unknown compile path"):
+        inductor_lamb.set_compile_path("triton")
+
+
+def test_import_never_fails_and_touches_one_config_entry():
+    """A subprocess imports the package with the lowering path broken by the
+    environment and checks the rest of torch._inductor.config is untouched."""
+    script = """
+import warnings, torch, torch._inductor.config as c
+before = {k: repr(v) for k, v in c.get_config_copy().items()}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    import inductor_lamb
+after = {k: repr(v) for k, v in c.get_config_copy().items()}
+changed = sorted(k for k in before if before[k] != after[k])
+print(inductor_lamb.compile_path(), changed, len(w))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["lowering", "['post_grad_custom_post_pass']", "0"]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": "external"})
+    assert out.stdout.split()[0] == "external"
+
+
+def test_cache_key_pass_chains_user_pass_and_tracks_path():
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class UserPass(CustomGraphPass):
+        def __call__(self, graph):
+            return None
+
+        def uuid(self):
+            return "user"
+
+    user = UserPass()
+    with config.patch(post_grad_custom_post_pass=user):
+        inductor_lamb.set_compile_path("lowering")
+        passes = config.post_grad_custom_post_pass
+        assert passes[0] is user and isinstance(passes[1], lowering_mod.CacheKeyPass)
+        uuid_lowering = passes[1].uuid()
+        inductor_lamb.set_compile_path("external")
+        assert passes[1].uuid() != uuid_lowering
+        assert lowering_mod.LOWERING_VERSION in uuid_lowering
+
+
+def test_warm_fx_graph_cache_never_serves_code_of_another_path():
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+    from torch._inductor.utils import fresh_cache
+
+    def compiled_code():
+        torch._dynamo.reset()
+        name, args, kwargs = op_args("lamb")
+        _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
+        return "\n".join(codes)
+
+    with fresh_cache(), config.patch(fx_graph_cache=True):
+        use_path("external")
+        assert "torch.ops.lamb.lamb_step_" in compiled_code()
+        use_path("lowering")
+        counters.clear()
+        assert "torch.ops.lamb.lamb_step_" not in compiled_code()
+        assert counters["inductor"]["fxgraph_cache_hit"] == 0
+        # Control: without the key pass the warm cache serves the stale external call.
+        with config.patch(post_grad_custom_post_pass=None):
+            lowering_mod._uninstall()  # the external path, without re-adding the key pass
+            lowering_mod._state["path"] = "external"
+            compiled_code()
+            lowering_mod._install_lowering()
+            lowering_mod._state["path"] = "lowering"
+            counters.clear()
+            stale = compiled_code()
+            assert counters["inductor"]["fxgraph_cache_hit"] >= 1 and "torch.ops.lamb.lamb_step_" in stale
+
+
+def test_no_warning_on_default_import_path():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert inductor_lamb.set_compile_path("lowering") == "lowering"
