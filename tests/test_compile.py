@@ -179,19 +179,22 @@ def code_summary(name: str, n_params: int) -> str:
 
 class TestGeneratedCode(expecttest.TestCase):
     def test_one_kernel_for_the_whole_step(self):
-        """One generated function per step whatever the number of params, no external call."""
+        """One generated function per step (up to ~40 params), no external call."""
         lines = [
             f"{name} x{n}: {code_summary(name, n)}"
             for name in ("lamb_step_", "lars_step_", "adagrad_step_")
             for n in (4, 40)
         ]
+        # Known gap (issue 4): past ~40 params Inductor splits the step into a few functions.
+        lines.append(f"lamb_step_ x100: {code_summary('lamb_step_', 100)}")
         self.assertExpectedInline("\n".join(lines), """\
 lamb_step_ x4: 1 kernel(s), 0 external lamb call(s)
 lamb_step_ x40: 1 kernel(s), 0 external lamb call(s)
 lars_step_ x4: 1 kernel(s), 0 external lamb call(s)
 lars_step_ x40: 1 kernel(s), 0 external lamb call(s)
 adagrad_step_ x4: 1 kernel(s), 0 external lamb call(s)
-adagrad_step_ x40: 1 kernel(s), 0 external lamb call(s)""")
+adagrad_step_ x40: 1 kernel(s), 0 external lamb call(s)
+lamb_step_ x100: 3 kernel(s), 0 external lamb call(s)""")
 
     def test_fallback_paths_code(self):
         lines = []
