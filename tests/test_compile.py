@@ -236,6 +236,17 @@ def train_step(model, opt, x, y):
     return loss.detach()
 
 
+def twin_setups(opt_name):
+    """Two identical (model, optimizer, scheduler) triples: one runs eagerly, one compiled."""
+    cls, kw = OPTIMIZERS[opt_name]
+    model = make_model()
+    out = []
+    for m in (model, copy.deepcopy(model)):
+        opt = cls(m.parameters(), **kw)
+        out.append((m, opt, torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)))
+    return out
+
+
 class CountingBackend:
     """Inductor, counting compilations."""
 
@@ -256,11 +267,7 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     while a scheduler changes lr every step; matches eager within 1e-6 relative."""
     use_path(path)
     cls, kw = OPTIMIZERS[opt_name]
-    model_e = make_model()
-    model_c = copy.deepcopy(model_e)
-    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
-    sched_e = torch.optim.lr_scheduler.ExponentialLR(opt_e, gamma=0.8)
-    sched_c = torch.optim.lr_scheduler.ExponentialLR(opt_c, gamma=0.8)
+    (model_e, opt_e, sched_e), (model_c, opt_c, sched_c) = twin_setups(opt_name)
     backend = CountingBackend()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(train_step, backend=backend, fullgraph=True)
@@ -282,12 +289,7 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_compiled_model_and_compiled_opt_step(opt_name):
     """Recipe (b): a compiled model plus ``torch.compile(opt.step)``."""
-    cls, kw = OPTIMIZERS[opt_name]
-    model_e = make_model()
-    model_c = copy.deepcopy(model_e)
-    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
-    sched_e = torch.optim.lr_scheduler.ExponentialLR(opt_e, gamma=0.8)
-    sched_c = torch.optim.lr_scheduler.ExponentialLR(opt_c, gamma=0.8)
+    (model_e, opt_e, sched_e), (model_c, opt_c, sched_c) = twin_setups(opt_name)
     cmodel = torch.compile(model_c)
     backend = CountingBackend()
     cstep = torch.compile(opt_c.step, fullgraph=True, backend=backend)

@@ -25,16 +25,19 @@ Installing never raises: a failure falls to the next path with one warning.
 Cache safety: lowerings and decompositions are not part of Inductor's FX graph
 cache key, so a warm cache could serve code compiled on another path or an
 older lowering. :class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid``
-carries :data:`LOWERING_VERSION` and the active path; installing appends it to
+carries :data:`LOWERING_VERSION`, a hash of this package's sources and the active path; installing appends it to
 ``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
 user set there). That entry is the only Inductor config this package touches.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -178,7 +181,17 @@ class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
         return None
 
     def uuid(self) -> str:
-        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{compile_path()}"
+        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{compile_path()}"
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_hash() -> str:
+    """Hash of the files that generate the IR: an edit changes the key even if
+    nobody bumps LOWERING_VERSION."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 _CACHE_KEY_PASS = CacheKeyPass()

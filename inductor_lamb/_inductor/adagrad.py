@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .backends import Backend, assign_params, master_or_params, scaled_grads
+from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 
 def adagrad_step(
@@ -12,8 +12,7 @@ def adagrad_step(
     if not params:
         return
     B.found_inf = found_inf
-    t = B.add(steps, 1.0)
-    B.assign(steps, t)
+    t = increment_steps(B, steps)
     clr = B.scalar(B.div(lr, B.add(B.mul(B.sub(t, 1.0), lr_decay), 1.0)))
     g = scaled_grads(B, grads, grad_scale, factor=-1.0 if maximize else 1.0)
     p = master_or_params(B, params, master_params)

@@ -187,3 +187,10 @@ def master_or_params(B: Backend, params: list[Any], master_params: list[Any] | N
 def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None, new: list[Any]) -> None:
     B.assign(master_params, new)
     B.assign(params, new)
+
+
+def increment_steps(B: Backend, steps: list[Any]) -> list[Any]:
+    """``steps += 1`` in place (skipped with ``found_inf``, like everything); returns the new steps."""
+    t = B.add(steps, 1.0)
+    B.assign(steps, t)
+    return t

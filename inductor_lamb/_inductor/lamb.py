@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backends import Backend, assign_params, master_or_params, scaled_grads
+from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 
 def lamb_step(
@@ -20,8 +20,7 @@ def lamb_step(
     if not params:
         return
     B.found_inf = found_inf
-    t = B.add(steps, 1.0)
-    B.assign(steps, t)
+    t = increment_steps(B, steps)
     g = scaled_grads(B, grads, grad_scale, max_grad_norm=max_grad_norm)
     m = B.add(B.mul(exp_avgs, beta1), B.mul(g, 1.0 - beta1 if grad_averaging else 1.0))
     v = B.add(B.mul(exp_avg_sqs, beta2), B.mul(B.mul(g, g), 1.0 - beta2))
