@@ -41,6 +41,11 @@ TORCH_LIBRARY(lamb, m) {
       "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, "
       "Tensor lr, float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, bool maximize=False, "
       "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(d!)[]? master_params=None) -> ()");
+  m.def(
+      "lamb16_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] exp_avg_scales, Tensor(e!)[] exp_avg_sq_scales, Tensor(f!)[] steps, Tensor lr, "
+      "float beta1=0.9, float beta2=0.999, float eps=1e-06, float weight_decay=0.0, float trust_scale=0.382, "
+      "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(g!)[]? master_params=None) -> ()");
   // Utilities (no tensors): CPU ISA selection, for tests and debugging.
   m.def("_cpu_capability(int force=-1) -> int", &cpu_capability);
   m.def("_max_cpu_capability() -> int", &max_cpu_capability);

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["lamb_step_", "lars_step_", "adagrad_step_"]
+__all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
 
 
 def lamb_step_(
@@ -49,6 +49,39 @@ def lamb_step_(
         params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay,
         bias_correction, grad_averaging, always_adapt, trust_clip, max_grad_norm,
         grad_scale, found_inf, master_params,
+    )
+
+
+def lamb16_step_(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    exp_avgs: Sequence[Tensor],
+    exp_avg_sqs: Sequence[Tensor],
+    exp_avg_scales: Sequence[Tensor],
+    exp_avg_sq_scales: Sequence[Tensor],
+    steps: Sequence[Tensor],
+    lr: Tensor,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-6,
+    weight_decay: float = 0.0,
+    trust_scale: float = 0.382,
+    grad_scale: Tensor | None = None,
+    found_inf: Tensor | None = None,
+    master_params: Sequence[Tensor] | None = None,
+) -> None:
+    """One LAMB16 step (LAMB with float8 moments, see DESIGN.md) over whole lists, in place.
+
+    ``exp_avgs`` are ``float8_e4m3fn`` and ``exp_avg_sqs`` ``float8_e5m2``
+    tensors shaped like the params, holding ``m / exp_avg_scales[i]`` and
+    ``v / exp_avg_sq_scales[i]`` (0-d float32 scales, rewritten every step from
+    the amax of the new moments). No bias correction; the trust ratio is
+    ``clamp((||p|| / ||u|| * 1e-3 / lr) ** trust_scale, 0, 2)`` (1 when a norm is 0).
+    Other arguments as in :func:`lamb_step_`.
+    """
+    torch.ops.lamb.lamb16_step_(
+        params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1, beta2,
+        eps, weight_decay, trust_scale, grad_scale, found_inf, master_params,
     )
 
 
@@ -106,8 +139,8 @@ def check_lists(
     op: str,
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
-    float_lists: dict[str, Sequence[Tensor] | None],
-    steps: Sequence[Tensor] | None,
+    state_lists: dict[str, tuple[Sequence[Tensor] | None, torch.dtype]],
+    scalar_lists: dict[str, Sequence[Tensor]],
     lr: Tensor,
 ) -> None:
     """The structural checks of the kernels (lengths, devices, shapes, dtypes),
@@ -118,7 +151,8 @@ def check_lists(
         raise RuntimeError(f"{op}: {msg}")
 
     n = len(params)
-    for name, lst in {"grads": grads, **float_lists, "steps": steps or None}.items():
+    lists = {"grads": grads, **{k: v for k, (v, _) in state_lists.items()}, **scalar_lists}
+    for name, lst in lists.items():
         if lst is not None and len(lst) != n:
             fail(f"{name} has {len(lst)} tensors but params has {n}")
     if lr.dim() != 0:
@@ -133,7 +167,7 @@ def check_lists(
             fail(f"grads[{i}] has shape {list(g.shape)} but params[{i}] has shape {list(p.shape)}")
         if g.dtype != p.dtype:
             fail(f"grads[{i}] has dtype {g.dtype}, expected {p.dtype}")
-        for name, lst in float_lists.items():
+        for name, (lst, dtype) in state_lists.items():
             if lst is None:
                 continue
             t = lst[i]
@@ -141,10 +175,11 @@ def check_lists(
                 fail(f"{name}[{i}] is on {t.device} but expected {p.device}")
             if t.shape != p.shape:
                 fail(f"{name}[{i}] has shape {list(t.shape)} but params[{i}] has shape {list(p.shape)}")
-            if t.dtype != torch.float32:
-                fail(f"{name}[{i}] has dtype {t.dtype}, expected torch.float32")
-        if steps is not None and (steps[i].dim() != 0 or steps[i].dtype != torch.float32):
-            fail(f"steps[{i}] must be a 0-d float32 tensor")
+            if t.dtype != dtype:
+                fail(f"{name}[{i}] has dtype {t.dtype}, expected {dtype}")
+        for name, lst in scalar_lists.items():
+            if lst[i].dim() != 0 or lst[i].dtype != torch.float32:
+                fail(f"{name}[{i}] must be a 0-d float32 tensor")
 
 
 def bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -162,21 +197,31 @@ def bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any])
     return out
 
 
-# The float32 lists of each op (checked like its params) and whether it has steps.
-_FLOAT_LISTS = {
-    "lamb_step_": ("exp_avgs", "exp_avg_sqs", "master_params"),
-    "lars_step_": ("momentum_buffers", "master_params"),
-    "adagrad_step_": ("state_sums", "master_params"),
+_F32 = torch.float32
+# Per op: the lists shaped like the params (with their dtype) and the lists of
+# 0-d float32 tensors, checked by the fake implementations.
+_STATE_LISTS: dict[str, dict[str, torch.dtype]] = {
+    "lamb_step_": {"exp_avgs": _F32, "exp_avg_sqs": _F32, "master_params": _F32},
+    "lamb16_step_": {"exp_avgs": torch.float8_e4m3fn, "exp_avg_sqs": torch.float8_e5m2, "master_params": _F32},
+    "lars_step_": {"momentum_buffers": _F32, "master_params": _F32},
+    "adagrad_step_": {"state_sums": _F32, "master_params": _F32},
+}
+_SCALAR_LISTS: dict[str, tuple[str, ...]] = {
+    "lamb_step_": ("steps",),
+    "lamb16_step_": ("exp_avg_scales", "exp_avg_sq_scales", "steps"),
+    "lars_step_": (),
+    "adagrad_step_": ("steps",),
 }
 
 
 def check_fake(name: str, a: dict[str, Any]) -> None:
     """The trace-time checks of op ``name`` on its bound arguments ``a``."""
-    check_lists(name, a["params"], a["grads"], {k: a[k] for k in _FLOAT_LISTS[name]}, a.get("steps"), a["lr"])
+    states = {k: (a[k], dtype) for k, dtype in _STATE_LISTS[name].items()}
+    check_lists(name, a["params"], a["grads"], states, {k: a[k] for k in _SCALAR_LISTS[name]}, a["lr"])
 
 
 def _register_fakes() -> None:
-    for name in _FLOAT_LISTS:
+    for name in _STATE_LISTS:
         op = getattr(torch.ops.lamb, name).default
 
         def fake(*args: Any, _op=op, _name=name, **kwargs: Any) -> None:

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["lamb_step", "lars_step", "adagrad_step"]
+__all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "FP8_MAX", "fp8_scale", "fp8_encode"]
+
+# Largest finite value of each float8 format LAMB16 stores.
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+_FLT_MIN = torch.finfo(torch.float32).tiny
 
 
 @torch.no_grad()
@@ -71,6 +75,69 @@ def lamb_step(
                 ratio = ratio.clamp(max=1.0)
             u = u * ratio
         p.sub_(lr * u)
+
+
+def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """The per-tensor float32 scale LAMB16 stores ``x`` with: ``amax(|x|)`` maps to
+    the largest finite value of ``dtype`` (so nothing saturates and the bulk of a
+    heavy-tailed tensor stays in float8's normal range), floored at FLT_MIN so an
+    all-zero tensor still gets a finite, nonzero scale."""
+    amax = x.abs().amax() if x.numel() else x.new_zeros(())
+    return (amax.float() / FP8_MAX[dtype]).clamp(min=_FLT_MIN)
+
+
+def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
+    """``dtype(clamp(x * (1 / scale)))``: saturating, round to nearest even, never inf/NaN
+    for finite ``x``."""
+    hi = FP8_MAX[dtype]
+    inv = (1.0 / scale.float()).to(x.dtype)
+    return (x * inv).clamp(-hi, hi).to(dtype)
+
+
+@torch.no_grad()
+def lamb16_step(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    exp_avgs: Sequence[Tensor],
+    exp_avg_sqs: Sequence[Tensor],
+    exp_avg_scales: Sequence[Tensor],
+    exp_avg_sq_scales: Sequence[Tensor],
+    steps: Sequence[Tensor],
+    lr: float | Tensor,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-6,
+    weight_decay: float = 0.0,
+    trust_scale: float = 0.382,
+    grad_scale: float | Tensor | None = None,
+    found_inf: float | Tensor | None = None,
+) -> None:
+    """LAMB16 (LAMB with float8 moments), in place; same arguments as
+    ``torch.ops.lamb.lamb16_step_`` without master params.
+
+    The math runs in the params' dtype; ``exp_avgs`` (float8_e4m3fn),
+    ``exp_avg_sqs`` (float8_e5m2) and their 0-d float32 scales are updated in place.
+    """
+    if found_inf is not None and float(found_inf) != 0.0:
+        return
+    for p, g, m8, v8, sm, sv, step in zip(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales,
+                                          exp_avg_sq_scales, steps):
+        step += 1
+        g = g.to(p.dtype)
+        if grad_scale is not None:
+            g = g * (1.0 / grad_scale)
+        # beta * old scale is one float32 per tensor, as in the kernels.
+        m = m8.to(p.dtype) * (beta1 * sm).to(p.dtype) + (1.0 - beta1) * g
+        v = v8.to(p.dtype) * (beta2 * sv).to(p.dtype) + (1.0 - beta2) * (g * g)
+        u = m / (v.sqrt() + eps) + weight_decay * p
+        p_norm, u_norm = p.norm(), u.norm()
+        ratio = (p_norm / u_norm * 1e-3 / lr).pow(trust_scale).clamp(0.0, 2.0)
+        ratio = torch.where((p_norm > 0) & (u_norm > 0), ratio, torch.ones_like(ratio))
+        p.sub_(lr * ratio * u)
+        sm.copy_(fp8_scale(m, m8.dtype))
+        sv.copy_(fp8_scale(v, v8.dtype))
+        m8.copy_(fp8_encode(m, sm, m8.dtype))
+        v8.copy_(fp8_encode(v, sv, v8.dtype))
 
 
 @torch.no_grad()

@@ -46,8 +46,8 @@ def noncontiguous_like(t: torch.Tensor, kind: str) -> torch.Tensor:
 
     kind: "transposed" (dense, permuted strides) or "strided" (gaps between elements).
     """
-    if t.dim() == 0 or t.numel() == 0:
-        return t.clone()
+    if t.dim() == 0 or t.numel() == 0 or (kind == "transposed" and t.dim() < 2):
+        return t.clone()  # (permuting one dim would give a view of t itself)
     if kind == "transposed":
         dims = list(range(t.dim()))[::-1]
         return t.permute(dims).contiguous().permute(dims)
@@ -61,7 +61,17 @@ def snapshot(lists):
     return copy.deepcopy([[t.detach().clone() for t in lst] for lst in lists if lst is not None])
 
 
+def equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """torch.equal that also compares float8 tensors (bit patterns; torch.equal
+    has no float8 kernel on CPU)."""
+    if x.dtype != y.dtype:
+        return False
+    if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        x, y = x.view(torch.uint8), y.view(torch.uint8)
+    return torch.equal(x, y)
+
+
 def assert_lists_equal(a, b):
     for la, lb in zip(a, b):
         for x, y in zip(la, lb):
-            assert torch.equal(x, y)
+            assert equal(x, y)

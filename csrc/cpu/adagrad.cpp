@@ -20,7 +20,7 @@ void adagrad_step_cpu(at::TensorList params, at::TensorList grads, at::TensorLis
   const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<FloatList> floats{{"state_sums", state_sums}};
+  std::vector<StateList> floats{{"state_sums", state_sums}};
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
   check_steps(chk, steps, n, cpu);

@@ -142,24 +142,28 @@ void LayoutRow::commit() {
 // ---- the per-index rows of an op ---------------------------------------------
 
 void check_lists(const ArgChecker& chk, at::TensorList params, at::TensorList grads,
-                 const std::vector<FloatList>& float_lists, const at::Device& device) {
+                 const std::vector<StateList>& state_lists, const at::Device& device) {
   const size_t n = params.size();
   chk.same_length("grads", grads, "params", n);
-  for (const auto& l : float_lists) chk.same_length(l.name, l.tensors, "params", n);
+  for (const auto& l : state_lists) chk.same_length(l.name, l.tensors, "params", n);
   for (size_t i = 0; i < n; ++i) {
     chk.dense_on(params[i], "params", i, device);
     chk.param_dtype(params[i], "params", i);
     chk.grad_like(grads[i], "grads", i, params[i]);
-    for (const auto& l : float_lists) chk.float_like(l.tensors[i], l.name, i, params[i]);
+    for (const auto& l : state_lists) {
+      chk.dense_on(l.tensors[i], l.name, i, params[i].device());
+      chk.same_shape(l.tensors[i], l.name, params[i], "params", i);
+      chk.dtype_is(l.tensors[i], l.name, i, l.dtype);
+    }
   }
 }
 
-void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device) {
-  chk.same_length("steps", steps, "params", n);
-  for (size_t i = 0; i < n; ++i) chk.scalar_tensor(steps[i], "steps", i, device);
+void check_scalars(const ArgChecker& chk, const char* name, at::TensorList list, size_t n, const at::Device& device) {
+  chk.same_length(name, list, "params", n);
+  for (size_t i = 0; i < n; ++i) chk.scalar_tensor(list[i], name, i, device);
 }
 
-TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::vector<FloatList>& float_lists) {
+TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::vector<StateList>& float_lists) {
   const size_t n = params.size();
   rows_.reserve(n);
   numels_.resize(n);
@@ -198,6 +202,18 @@ std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const st
   std::vector<double> out(num_tensors * k, 0.0);
   for (size_t c = 0; c < chunks.size(); ++c)
     for (int64_t j = 0; j < k; ++j) out[chunks[c].tensor * k + j] += partials[c * k + j];
+  return out;
+}
+
+std::vector<double> max_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
+                                   int64_t k, int64_t num_tensors) {
+  std::vector<double> out(num_tensors * k, 0.0);
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (int64_t j = 0; j < k; ++j) {
+      double& o = out[chunks[c].tensor * k + j];
+      const double x = partials[c * k + j];
+      if (std::isnan(x) || x > o) o = x;
+    }
   return out;
 }
 

@@ -84,16 +84,10 @@ class ArgChecker {
   }
 
   // The usual per-index rows: a gradient matches its param's device, shape and dtype;
-  // a float32 tensor (optimizer state, master param) matches its param's device and shape.
-  void grad_like(const at::Tensor& g, const char* name, size_t i, const at::Tensor& p) const {
+    void grad_like(const at::Tensor& g, const char* name, size_t i, const at::Tensor& p) const {
     dense_on(g, name, i, p.device());
     same_shape(g, name, p, "params", i);
     dtype_is(g, name, i, p.scalar_type());
-  }
-  void float_like(const at::Tensor& s, const char* name, size_t i, const at::Tensor& p) const {
-    dense_on(s, name, i, p.device());
-    same_shape(s, name, p, "params", i);
-    dtype_is(s, name, i, at::kFloat);
   }
 
  private:
@@ -124,27 +118,33 @@ class LayoutRow {
 
 // ---- the per-index rows of an op ---------------------------------------------
 
-// A float32 list of an op (optimizer state or master params), mutated in place.
-struct FloatList {
+// A per-element list of an op (optimizer state or master params), shaped like
+// the params and mutated in place; float32 unless `dtype` says otherwise (LAMB16's fp8 moments).
+struct StateList {
   const char* name;
   at::TensorList tensors;
+  at::ScalarType dtype = at::kFloat;
 };
 
 // Checks params (float32/bf16/f16 on `device`), grads (like their param) and the
-// float32 lists (like their param): lengths, devices, shapes, dtypes, layouts.
+// state lists (like their param, in their dtype): lengths, devices, shapes, dtypes.
 void check_lists(const ArgChecker& chk, at::TensorList params, at::TensorList grads,
-                 const std::vector<FloatList>& float_lists, const at::Device& device);
-// Checks steps: one 0-d float32 tensor per param.
-void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device);
+                 const std::vector<StateList>& state_lists, const at::Device& device);
+// Checks a per-param list of 0-d float32 tensors (steps, LAMB16's scales).
+void check_scalars(const ArgChecker& chk, const char* name, at::TensorList list, size_t n, const at::Device& device);
+inline void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device) {
+  check_scalars(chk, "steps", steps, n, device);
+}
 
 // Raw pointers of (param, grad, float lists...) per index, in one layout (LayoutRow).
 class TensorRows {
  public:
-  TensorRows(at::TensorList params, at::TensorList grads, const std::vector<FloatList>& float_lists);
+  TensorRows(at::TensorList params, at::TensorList grads, const std::vector<StateList>& state_lists);
   size_t size() const { return rows_.size(); }
   void* param(size_t i) const { return rows_[i].ptr(0); }
   const void* grad(size_t i) const { return rows_[i].ptr(1); }
   float* floats(size_t i, size_t k) const { return static_cast<float*>(rows_[i].ptr(2 + k)); }
+  void* state(size_t i, size_t k) const { return rows_[i].ptr(2 + k); }  // state list k, any dtype
   const std::vector<int64_t>& numels() const { return numels_; }
   const std::vector<Dtype>& dtypes() const { return dtypes_; }
   void commit();  // write back the copies made for mismatched layouts
@@ -165,6 +165,11 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels);
 // out[t * k + j] = sum over the chunks of tensor t (in chunk order) of partials[c * k + j].
 std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
                                       int64_t k, int64_t num_tensors);
+
+// out[t * k + j] = max over the chunks of tensor t of partials[c * k + j] (NaN wins;
+// 0 for a tensor without chunks): per-tensor amax, e.g. LAMB16's scales.
+std::vector<double> max_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
+                                   int64_t k, int64_t num_tensors);
 
 // Per tensor of a list, the sum of (scale * x)^2 (deterministic): layer norms.
 std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,

@@ -23,7 +23,7 @@ void lamb_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList e
   const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<FloatList> floats{{"exp_avgs", exp_avgs}, {"exp_avg_sqs", exp_avg_sqs}};
+  std::vector<StateList> floats{{"exp_avgs", exp_avgs}, {"exp_avg_sqs", exp_avg_sqs}};
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
   check_steps(chk, steps, n, cpu);

@@ -29,7 +29,7 @@ void lars_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList m
   const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<FloatList> floats{{"momentum_buffers", momentum_buffers}};
+  std::vector<StateList> floats{{"momentum_buffers", momentum_buffers}};
   if (has_master) floats.push_back({"master_params", *master_params});
   check_lists(chk, params, grads, floats, cpu);
   chk.step_scalars(lr, grad_scale, found_inf, cpu);

@@ -10,9 +10,13 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "cpu/types.h"
@@ -63,6 +67,82 @@ struct VecIO<float> {
     }
   }
 };
+
+// float8 (LAMB16's moments), one byte per element. The AVX512 build uses at::vec's
+// vector conversions; the others convert one element at a time with c10's
+// scalar functions. Both round to nearest even (tested against each other).
+template <typename T>
+struct Fp8Codec;
+template <>
+struct Fp8Codec<c10::Float8_e4m3fn> {
+  static float to_float(uint8_t x) { return c10::detail::fp8e4m3fn_to_fp32_value(x); }
+  static uint8_t from_float(float x) { return c10::detail::fp8e4m3fn_from_fp32_value(x); }
+#if defined(CPU_CAPABILITY_AVX512)
+  static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e4m3_fp32(x, o); }
+  static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e4m3(x); }
+#endif
+};
+template <>
+struct Fp8Codec<c10::Float8_e5m2> {
+  static float to_float(uint8_t x) { return c10::detail::fp8e5m2_to_fp32_value(x); }
+  static uint8_t from_float(float x) { return c10::detail::fp8e5m2_from_fp32_value(x); }
+#if defined(CPU_CAPABILITY_AVX512)
+  static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e5m2_fp32(x, o); }
+  static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e5m2(x); }
+#endif
+};
+
+template <typename T>
+struct Fp8IO {
+  using Codec = Fp8Codec<T>;
+  static constexpr int64_t W = fVec::size();
+  static inline void load(const T* p, int64_t n, fVec& a, fVec& b) {
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p);
+#if defined(CPU_CAPABILITY_AVX512)
+    static_assert(kWidth == 32, "two 16-lane float vectors");
+    uint8_t tail[kWidth];
+    if (n < kWidth) {  // lanes past n decode from zero bytes
+      std::memset(tail, 0, sizeof(tail));
+      std::memcpy(tail, src, n);
+      src = tail;
+    }
+    __m512 fa, fb;
+    Codec::to_float(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), fa);
+    Codec::to_float(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)), fb);
+    a = fa;
+    b = fb;
+#else
+    float buf[kWidth];
+    for (int64_t k = 0; k < kWidth; ++k) buf[k] = k < n ? Codec::to_float(src[k]) : 0.f;
+    a = fVec::loadu(buf);
+    b = fVec::loadu(buf + W);
+#endif
+  }
+  static inline void store(T* p, int64_t n, const fVec& a, const fVec& b) {
+    uint8_t* dst = reinterpret_cast<uint8_t*>(p);
+#if defined(CPU_CAPABILITY_AVX512)
+    const __m128i ra = Codec::from_float(a), rb = Codec::from_float(b);
+    if (n == kWidth) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), ra);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), rb);
+    } else {
+      uint8_t tail[kWidth];
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(tail), ra);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(tail + 16), rb);
+      std::memcpy(dst, tail, n);
+    }
+#else
+    float buf[kWidth];
+    a.store(buf);
+    b.store(buf + W);
+    for (int64_t k = 0; k < n; ++k) dst[k] = Codec::from_float(buf[k]);
+#endif
+  }
+};
+template <>
+struct VecIO<c10::Float8_e4m3fn> : Fp8IO<c10::Float8_e4m3fn> {};
+template <>
+struct VecIO<c10::Float8_e5m2> : Fp8IO<c10::Float8_e5m2> {};
 
 // A pair of float vectors: the unit all kernels compute on.
 struct F2 {
@@ -153,21 +233,21 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   return fVec(1.f) / (x.sqrt() + eps);
 }
 
+// x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
+// anything, e.g. 0/0 when eps == 0, and must not reach a reduction).
+inline F2 head(const F2& x, int64_t n) {
+  if (n == kWidth) return x;
+  constexpr int64_t W = fVec::size();
+  return {fVec::set(fVec(0.f), x.a, std::min<int64_t>(n, W)), n > W ? fVec::set(fVec(0.f), x.b, n - W) : fVec(0.f)};
+}
+
 // Float accumulator of a sum of squares, widened to double once per chunk.
 struct SumSq {
   fVec a{0.f}, b{0.f};
-  // n < kWidth at a tail: lanes past n may hold anything (0/0 when eps == 0) and are dropped.
   inline void add(const F2& x, int64_t n = kWidth) {
-    if (n == kWidth) {
-      a = at::vec::fmadd(x.a, x.a, a);
-      b = at::vec::fmadd(x.b, x.b, b);
-      return;
-    }
-    constexpr int64_t W = fVec::size();
-    const fVec xa = fVec::set(fVec(0.f), x.a, std::min<int64_t>(n, W));
-    const fVec xb = n > W ? fVec::set(fVec(0.f), x.b, n - W) : fVec(0.f);
-    a = at::vec::fmadd(xa, xa, a);
-    b = at::vec::fmadd(xb, xb, b);
+    const F2 h = head(x, n);
+    a = at::vec::fmadd(h.a, h.a, a);
+    b = at::vec::fmadd(h.b, h.b, b);
   }
   inline double value() const {
     float ta[fVec::size()], tb[fVec::size()];
@@ -176,6 +256,26 @@ struct SumSq {
     double s = 0.0;
     for (int64_t k = 0; k < fVec::size(); ++k) s += double(ta[k]) + double(tb[k]);
     return s;
+  }
+};
+
+// Running max of |x| (NaN propagates), reduced to one double per chunk: amax scales.
+struct AbsMax {
+  fVec a{0.f}, b{0.f};
+  inline void add(const F2& x, int64_t n = kWidth) {
+    const F2 h = head(x, n);
+    a = at::vec::maximum(a, h.a.abs());
+    b = at::vec::maximum(b, h.b.abs());
+  }
+  inline double value() const {
+    float ta[fVec::size()], tb[fVec::size()];
+    a.store(ta);
+    b.store(tb);
+    double m = 0.0;
+    for (int64_t k = 0; k < fVec::size(); ++k)
+      for (float x : {ta[k], tb[k]})
+        if (std::isnan(x) || x > m) m = x;
+    return m;
   }
 };
 

@@ -1,0 +1,45 @@
+#pragma once
+// LAMB16 (LAMB with float8 moments): data shared by the glue (lamb16.cpp) and the
+// per-ISA kernels (lamb16_kernel.cpp).
+#include "cpu/types.h"
+
+namespace inductor_lamb::cpu {
+
+// Largest finite values: stored moments are clamped to them (saturation, never inf/NaN).
+constexpr float kE4M3Max = 448.f;
+constexpr float kE5M2Max = 57344.f;
+
+struct Lamb16Tensor {
+  void* param;          // Dtype `dtype`
+  const void* grad;     // Dtype `dtype`, read only
+  void* exp_avg;        // float8_e4m3fn, m / m_scale
+  void* exp_avg_sq;     // float8_e5m2, v / v_scale
+  float* master;        // float32 master copy of param, or null
+  Dtype dtype;
+};
+
+// Per-tensor scalars, hoisted out of the element loops.
+struct Lamb16Coeffs {
+  float beta1_scale;    // beta1 * old m scale: m = beta1_scale * fp32(m8) + (1 - beta1) g
+  float beta2_scale;    // beta2 * old v scale
+  float inv_m_scale;    // 1 / new m scale (pass 2)
+  float inv_v_scale;    // 1 / new v scale (pass 2)
+  float step_size;      // lr * trust ratio (pass 2)
+};
+
+struct Lamb16Args {
+  const Lamb16Tensor* tensors;
+  Lamb16Coeffs* coeffs;
+  ChunkSpan chunks;
+  float one_minus_beta1, one_minus_beta2, eps, weight_decay;
+  float grad_mul;       // 1 / grad_scale
+  double* sums;         // pass 1: [chunk][||p||^2, ||u||^2]
+  double* maxes;        // pass 1: [chunk][max |m|, max v]
+};
+
+struct Lamb16Kernels {
+  void (*pass1)(const Lamb16Args&);  // m, v in float32; partial ||p||^2, ||u||^2, amax m, v
+  void (*pass2)(const Lamb16Args&);  // p -= step_size * u; m8, v8 stored with the new scales
+};
+
+}  // namespace inductor_lamb::cpu
