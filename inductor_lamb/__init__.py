@@ -1,4 +1,4 @@
-"""Layer-wise adaptive optimizers (LAMB, LARS, Adagrad) as ``torch.ops.lamb.*``
+"""Layer-wise adaptive optimizers (LAMB, LAMB16, LARS, Adagrad) as ``torch.ops.lamb.*``
 custom ops with fused CPU kernels, fake implementations for ``torch.compile``,
 and drop-in ``torch.optim.Optimizer`` classes.
 """
@@ -10,14 +10,14 @@ import torch
 from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
 from . import ops, reference
 from .fuse import fuse_optimizer, mark_layerwise
-from .optim import Adagrad, Lamb, Lars
+from .optim import Adagrad, Lamb, Lamb16, Lars
 from ._inductor import compile_path, set_compile_path
 from ._inductor import install as _install_compile_path
 
 __version__ = "0.1.0"
 
-__all__ = ["Adagrad", "Lamb", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference", "cpu_capability", "set_cpu_capability",
-           "compile_path", "set_compile_path"]
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference",
+           "cpu_capability", "set_cpu_capability", "compile_path", "set_compile_path"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")
 

@@ -1,5 +1,6 @@
 from .adagrad import Adagrad
 from .lamb import Lamb
+from .lamb16 import Lamb16
 from .lars import Lars
 
-__all__ = ["Adagrad", "Lamb", "Lars"]
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars"]

@@ -37,15 +37,18 @@ class FusedOptimizer(Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
     (device, dtype) bucket of each param group.
 
-    Subclasses set ``_state_keys`` (float32 state tensors created like the
-    param, zero-filled unless ``_init_state`` says otherwise) and implement
-    ``_step_bucket``.
+    Subclasses set ``_state_keys`` (state tensors created like the param,
+    float32 unless ``_state_dtypes`` says otherwise, zero-filled unless
+    ``_state_fill`` says otherwise), optionally ``_scalar_state_keys`` (0-d
+    float32 per-param state, e.g. LAMB16's scales), and implement ``_step_bucket``.
     """
 
     # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
     # instead of unscaling the grads in a separate pass.
     _step_supports_amp_scaling = True
     _state_keys: tuple[str, ...] = ()
+    _state_dtypes: dict[str, torch.dtype] = {}
+    _scalar_state_keys: tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
@@ -82,8 +85,11 @@ class FusedOptimizer(Optimizer):
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             for key in self._state_keys:
                 state[key] = torch.full_like(
-                    p, self._state_fill(key, group), dtype=torch.float32, memory_format=torch.preserve_format
+                    p, self._state_fill(key, group), dtype=self._state_dtype(key),
+                    memory_format=torch.preserve_format,
                 )
+            for key in self._scalar_state_keys:
+                state[key] = torch.full((), self._state_fill(key, group), dtype=torch.float32, device=p.device)
         if master and "master_param" not in state and group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
             state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
         return state
@@ -91,6 +97,19 @@ class FusedOptimizer(Optimizer):
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         """Initial value of state tensor ``key``."""
         return 0.0
+
+    def _state_dtype(self, key: str) -> torch.dtype:
+        return self._state_dtypes.get(key, torch.float32)
+
+    def state_bytes_per_param(self) -> float:
+        """Bytes of optimizer state (every tensor in ``self.state``: moments,
+        scales, steps, master copies) per optimized parameter element; 0.0 when
+        no state exists yet."""
+        nbytes = numel = 0
+        for p, state in self.state.items():
+            numel += p.numel()
+            nbytes += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, Tensor))
+        return nbytes / numel if numel else 0.0
 
     def state_dict(self) -> dict[str, Any]:
         # lr as a float, like torch.optim's own optimizers save it: checkpoints
@@ -103,8 +122,9 @@ class FusedOptimizer(Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # torch.optim casts floating state to the param dtype (bf16 params would
-        # lose their float32 moments); keep ours float32, as the ops require.
-        keep = (*self._state_keys, "master_param")
+        # lose their float32 moments, LAMB16's float8 ones would become float32);
+        # keep each in the dtype the ops require, from the saved tensors themselves.
+        keep = (*self._state_keys, *self._scalar_state_keys, "master_param")
         saved = {
             pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
             for pid, s in state_dict["state"].items()
@@ -121,7 +141,9 @@ class FusedOptimizer(Optimizer):
                 continue
             state = self.state[p]
             for k, v in values.items():
-                state[k] = v.to(device=p.device, dtype=torch.float32, copy=True)
+                state[k] = v.to(device=p.device, dtype=self._state_dtype(k), copy=True)
+                if k in self._scalar_state_keys:
+                    state[k] = state[k].reshape(())
             step = state.get("step")
             if step is not None:
                 state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
@@ -164,7 +186,7 @@ class FusedOptimizer(Optimizer):
             b["grads"].append(p.grad)
             b["steps"].append(state["step"])
             b["names"].append(names[i] if names else None)
-            for key in self._state_keys:
+            for key in (*self._state_keys, *self._scalar_state_keys):
                 b[key].append(state[key])
             if "master_param" in state:
                 b["master_params"].append(state["master_param"])
