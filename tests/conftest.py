@@ -71,6 +71,18 @@ def equal(x: torch.Tensor, y: torch.Tensor) -> bool:
     return torch.equal(x, y)
 
 
+def assert_tensor_close(x: torch.Tensor, y: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6, msg=None) -> None:
+    """assert_close, and for float8 tensors (LAMB16's moments): codes equal except
+    rare neighbours (a float32 ulp upstream can move a value across a rounding tie)."""
+    if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        if x.numel():
+            diff = (x.view(torch.uint8).int() - y.view(torch.uint8).int()).abs()
+            assert diff.max() <= 1 and (diff != 0).double().mean() <= 1e-3, msg(f"{(diff != 0).sum()} codes differ") if msg else None
+        return
+    torch.testing.assert_close(x, y, rtol=rtol, atol=atol, msg=msg)
+
+
 def assert_lists_equal(a, b):
     for la, lb in zip(a, b):
         for x, y in zip(la, lb):

@@ -16,7 +16,7 @@ Three paths, best first; :func:`compile_path` says which one is active:
     The op stays one opaque external call in the compiled code: correct, eager speed.
 
 Both fused paths come from one description of each step (``lamb.py``,
-``lars.py``, ``adagrad.py`` over the vocabulary of ``backends.py``).
+``lamb16.py``, ``lars.py``, ``adagrad.py`` over the vocabulary of ``backends.py``).
 
 Installing never raises: a failure falls to the next path with one warning.
 ``INDUCTOR_LAMB_COMPILE_PATH=decomposition|external`` forces a path at import,
@@ -45,7 +45,7 @@ import torch
 __all__ = ["LOWERING_VERSION", "CacheKeyPass", "compile_path", "set_compile_path", "install"]
 
 # Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
-LOWERING_VERSION = "1"
+LOWERING_VERSION = "2"
 
 PATHS = ("lowering", "decomposition", "external")
 
@@ -55,9 +55,11 @@ _state: dict[str, Any] = {"path": None, "library": None, "lowered": []}
 def _step_functions() -> dict[str, Callable[..., None]]:
     from .adagrad import adagrad_step
     from .lamb import lamb_step
+    from .lamb16 import lamb16_step
     from .lars import lars_step
 
-    return {"lamb_step_": lamb_step, "lars_step_": lars_step, "adagrad_step_": adagrad_step}
+    return {"lamb_step_": lamb_step, "lamb16_step_": lamb16_step, "lars_step_": lars_step,
+            "adagrad_step_": adagrad_step}
 
 
 def compile_path() -> str:

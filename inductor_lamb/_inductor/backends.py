@@ -55,6 +55,10 @@ class Backend:
         digits in float32); ``to_float`` it after the float64 math on it."""
         return _zip_map(self._pow_scalar, base, exponent)
     def sumsq(self, a): return _zip_map(self._sumsq, a)
+    def absmax(self, a):
+        """max |a| over each tensor (0 for an empty one): float8 scales."""
+        return _zip_map(self._absmax, a)
+    def pow(self, a, exponent: float): return _zip_map(lambda x: self._pow(x, exponent), a)
     def to_float(self, a): return _zip_map(self._to_float, a)
 
     def one_minus(self, a): return self.add(self.mul(a, -1.0), 1.0)
@@ -92,7 +96,13 @@ class IRBackend(Backend):
     def _minimum(self, a, b): return self.lw[aten.clamp_max.default](a, b)
     def _pow_scalar(self, base, e): return self.lw[aten.pow.Scalar](base, self.L.to_dtype(e, torch.float64))
     def _sumsq(self, a): return self.lw[aten.sum.default](self._mul(a, a))
+    def _pow(self, a, e): return self.lw[aten.pow.Tensor_Scalar](a, e)
     def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
+
+    def _absmax(self, a):
+        if a.get_numel() == 0:
+            return self.L.full_like(self.lw[aten.sum.default](a), 0.0)
+        return self.lw[aten.amax.default](self.lw[aten.abs.default](a), list(range(len(a.get_size()))))
 
     def _where_positive(self, a, b, then, otherwise):
         both = self.lw[aten.logical_and.default](self.lw[aten.gt.Scalar](a, 0.0), self.lw[aten.gt.Scalar](b, 0.0))
@@ -110,10 +120,14 @@ class IRBackend(Backend):
 
     def _assign(self, dst, src) -> None:
         for d, s in zip(dst, src):
-            s = self.L.to_dtype(s, d.get_dtype())
+            dtype = d.get_dtype()
             if self.found_inf is not None:
                 skip = self.lw[aten.ne.Scalar](self.found_inf, 0.0)
-                s = self.lw[aten.where.self](skip, d, s)
+                if dtype.itemsize == 1:  # float8: Inductor's where cannot promote it; select in float32
+                    s = self.lw[aten.where.self](skip, self.L.to_dtype(d, torch.float32), self.L.to_dtype(s, torch.float32))
+                else:
+                    s = self.lw[aten.where.self](skip, d, self.L.to_dtype(s, dtype))
+            s = self.L.to_dtype(s, dtype)
             # Realizes s straight into d's buffer (no copy kernel); reads created
             # after this see the new value.
             self.L.mutate_to(d, s, unsafe_alias=True)
@@ -149,6 +163,8 @@ class TorchBackend(Backend):
     def _minimum(self, a, b): return torch.clamp_max(a, b)
     # _foreach_norm has no Inductor lowering (it would stay an external call).
     def _sumsq(self, a): return (a * a).sum()
+    def _absmax(self, a): return a.abs().amax() if a.numel() else a.new_zeros(())
+    def _pow(self, a, e): return torch.pow(a, e)
     def _to_float(self, a): return a.float()
 
     def _where_positive(self, a, b, then, otherwise):
@@ -157,7 +173,9 @@ class TorchBackend(Backend):
     def _assign(self, dst, src) -> None:
         if self.found_inf is not None:
             skip = self.found_inf != 0
-            src = [torch.where(skip, d, s.to(d.dtype)) for d, s in zip(dst, src)]
+            # (float8 through float32: Inductor cannot promote a where on float8)
+            src = [torch.where(skip, d, s.to(d.dtype)) if d.dtype.itemsize > 1 else torch.where(skip, d.float(), s.float())
+                   for d, s in zip(dst, src)]
         torch._foreach_copy_(dst, src)
 
 
