@@ -5,8 +5,10 @@
 * CPU kernels (``csrc/cpu/*_kernel.cpp``) are compiled once per ISA (generic,
   AVX2, AVX512) with that ISA's flags and a distinct ``CPU_CAPABILITY``
   namespace; the glue picks one at run time, so one build runs on any x86-64.
-* The CUDA part is added only when the installed torch has CUDA and nvcc is
-  found (see the CUDA issue); the CPU torch wheel builds CPU only.
+* The CUDA part (``csrc/cuda``: the kernels' ``.cu`` files and the
+  ``TORCH_LIBRARY_IMPL(lamb, CUDA)`` glue) is added only when the installed
+  torch has CUDA and nvcc is found (``INDUCTOR_LAMB_NO_CUDA=1`` skips it); the
+  CPU torch wheel builds CPU only.
 
 Build with ``pip install --no-build-isolation .`` so the installed torch is used.
 """
@@ -19,7 +21,7 @@ import platform
 
 import torch
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
@@ -38,6 +40,14 @@ if IS_X86 and os.environ.get("INDUCTOR_LAMB_NO_ISA", "0") != "1":
 
 def kernel_sources() -> list[str]:
     return sorted(glob.glob(os.path.join(CSRC, "cpu", "*_kernel.cpp")))
+
+
+def with_cuda() -> bool:
+    return torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("INDUCTOR_LAMB_NO_CUDA", "0") != "1"
+
+
+def cuda_sources() -> list[str]:
+    return sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")) + glob.glob(os.path.join(CSRC, "cuda", "*.cpp")))
 
 
 def glue_sources() -> list[str]:
@@ -78,17 +88,17 @@ def extensions():
     from torch.utils.cpp_extension import include_paths
 
     isa_macros = [(f"INDUCTOR_LAMB_HAVE_{isa}", "1") for isa in ISA_FLAGS if isa != "DEFAULT"]
-    return [
-        CppExtension(
-            "inductor_lamb._C",
-            glue_sources(),
-            include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(),
-            define_macros=isa_macros,  # BuildExtension adds Py_LIMITED_API itself
-            extra_compile_args={"cxx": COMMON_FLAGS},
-            extra_link_args=["-fopenmp"],
-            py_limited_api=True,
-        )
-    ]
+    kwargs = dict(
+        include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(cuda=with_cuda()),
+        define_macros=isa_macros,  # BuildExtension adds Py_LIMITED_API itself
+        extra_compile_args={"cxx": COMMON_FLAGS},
+        extra_link_args=["-fopenmp"],
+        py_limited_api=True,
+    )
+    if with_cuda():
+        kwargs["extra_compile_args"]["nvcc"] = ["-O3", "-std=c++17", "-lineinfo"]
+        return [CUDAExtension("inductor_lamb._C", glue_sources() + cuda_sources(), **kwargs)]
+    return [CppExtension("inductor_lamb._C", glue_sources(), **kwargs)]
 
 
 setup(

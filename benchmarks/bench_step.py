@@ -1,12 +1,14 @@
 """Optimizer step time: our ops against plain torch and torch's fused twins (CPU).
 
-    python benchmarks/bench_step.py [--threads 2] [--ops lamb lars adagrad] [--plot benchmarks/bench_step_cpu.png]
+    python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
 STREAM-like copy/triad bandwidth, so ratios are comparable on a noisy machine.
-GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LARS 28, Adagrad 20 bytes/param;
-the twins: AdamW 28, SGD with momentum 20).
+GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LAMB16 26, LARS 28, Adagrad
+20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
+measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
+time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import inductor_lamb  # noqa: E402
 from inductor_lamb import reference  # noqa: E402
 
 # Minimum traffic per param (DESIGN.md), fp32: what each method must move at least.
-BYTES_PER_PARAM = {"lamb": 40, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
+BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
 
 
 def make_state(shapes, seed=0, kind="lamb"):
@@ -38,6 +40,10 @@ def make_state(shapes, seed=0, kind="lamb"):
     if kind == "lamb":
         return params, grads, [torch.randn(s, generator=g) * 0.1 for s in shapes], \
             [torch.rand(s, generator=g) * 0.1 + 1e-3 for s in shapes], steps
+    if kind == "lamb16":
+        return params, grads, [(torch.randn(s, generator=g) * 60).clamp(-448, 448).to(torch.float8_e4m3fn) for s in shapes], \
+            [(torch.rand(s, generator=g) * 5e4 + 1).to(torch.float8_e5m2) for s in shapes], \
+            [torch.tensor(1e-3) for _ in shapes], [torch.tensor(1e-6) for _ in shapes], steps
     if kind == "lars":
         return params, grads, [torch.randn(s, generator=g) * 0.01 for s in shapes]
     return params, grads, [torch.rand(s, generator=g) + 0.1 for s in shapes], steps
@@ -50,10 +56,20 @@ def torch_optimizer(cls, shapes, **kw):
     return cls(params, **kw).step
 
 
-OURS = {"lamb": torch.ops.lamb.lamb_step_, "lars": torch.ops.lamb.lars_step_, "adagrad": torch.ops.lamb.adagrad_step_}
-REFERENCE = {"lamb": reference.lamb_step, "lars": reference.lars_step, "adagrad": reference.adagrad_step}
-KWARGS = {"lamb": {}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
+OURS = {"lamb": torch.ops.lamb.lamb_step_, "lamb16": torch.ops.lamb.lamb16_step_, "lars": torch.ops.lamb.lars_step_,
+        "adagrad": torch.ops.lamb.adagrad_step_}
+REFERENCE = {"lamb": reference.lamb_step, "lamb16": reference.lamb16_step, "lars": reference.lars_step,
+             "adagrad": reference.adagrad_step}
+KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
+
+
+def lamb_op(shapes):
+    s, lr = make_state(shapes, kind="lamb"), torch.tensor(1e-4)
+    return lambda: torch.ops.lamb.lamb_step_(*s, lr)
+
+
 TWINS = {
+    "lamb16": [("inductor_lamb LAMB op (fp32 state)", "lamb", lamb_op)],
     "lamb": [("torch AdamW(fused=True) (twin)", "adamw", lambda s: torch_optimizer(torch.optim.AdamW, s, lr=1e-4, fused=True))],
     "lars": [("torch SGD(momentum, fused=True)", "sgd",
               lambda s: torch_optimizer(torch.optim.SGD, s, lr=1e-4, momentum=0.9, fused=True))],
@@ -101,6 +117,9 @@ def run(args) -> list[dict]:
         del rows
         results += table
         ours = table[0]["ms"]
+        if kind == "lamb16":
+            lamb = next(r for r in table if r["method"].startswith("inductor_lamb LAMB op"))
+            table[0]["vs_lamb"] = ours / lamb["ms"]
         print(f"{kind.upper()}, {w}: {len(workloads[w])} tensors, {n / 1e6:.2f}M params; GB/s at each method's "
               f"bytes/param floor; bandwidth now: triad {bw['triad']:.1f} GB/s (STREAM bytes), "
               f"in-place a += s*b {bw['rmw']:.1f} GB/s")
@@ -110,10 +129,21 @@ def run(args) -> list[dict]:
         for r in table:
             print(f"| {r['method']:34s} | {r['floor']:7d} | {r['ms']:8.3f} | {r['ms'] / ours:7.2f}x | "
                   f"{r['gbs']:7.1f} | {100 * r['gbs'] / bw['triad']:6.0f}% | {100 * r['gbs'] / bw['rmw']:6.0f}% |")
+        if kind == "lamb16":
+            print(f"\nLAMB16 / LAMB step time: {table[0]['vs_lamb']:.2f} (target <= 0.75; bytes ratio 26/40 = 0.65); "
+                  f"optimizer state per param: {state_bytes(workloads[w])}")
         print(flush=True)
     if args.plot:
         plot(results, args.plot)
     return results
+
+
+def state_bytes(shapes) -> str:
+    """Measured state bytes per param of Lamb16 and Lamb on these shapes."""
+    params = [torch.nn.Parameter(torch.empty(s)) for s in shapes]
+    b16 = inductor_lamb.Lamb16(params).state_bytes_per_param()
+    b32 = inductor_lamb.Lamb(params).state_bytes_per_param()
+    return f"Lamb16 {b16:.4f} B, Lamb {b32:.4f} B"
 
 
 def plot(results, path):
@@ -146,7 +176,8 @@ def main():
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds of repeats per row")
     ap.add_argument("--plot", default="", help="save a PNG bar chart here")
-    ap.add_argument("--ops", nargs="+", default=["lamb", "lars", "adagrad"], choices=["lamb", "lars", "adagrad"])
+    ap.add_argument("--ops", nargs="+", default=["lamb", "lamb16", "lars", "adagrad"],
+                    choices=["lamb", "lamb16", "lars", "adagrad"])
     run(ap.parse_args())
 
 

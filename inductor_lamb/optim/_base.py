@@ -18,19 +18,27 @@ __all__ = ["FusedOptimizer", "as_lr_tensor"]
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def as_lr_tensor(lr: float | Tensor) -> Tensor:
-    """``lr`` as a 0-d float32 CPU tensor: schedulers then update it in place
-    (``fill_``), so a changing learning rate never recompiles a graph."""
+def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu") -> Tensor:
+    """``lr`` as a 0-d float32 tensor on ``device``: schedulers then update it in
+    place (``fill_``), so a changing learning rate never recompiles a graph, and
+    on a GPU the kernels read it there (no host sync, CUDA-graph capturable)."""
+    device = torch.device(device)
     if isinstance(lr, Tensor):
         if lr.numel() != 1:
             raise ValueError(f"lr must be a float or a 1-element tensor, got shape {tuple(lr.shape)}")
-        if lr.dim() == 0 and lr.dtype == torch.float32 and lr.device.type == "cpu":
+        if lr.dim() == 0 and lr.dtype == torch.float32 and lr.device == device:
             return lr
-        return lr.detach().reshape(()).to(device="cpu", dtype=torch.float32)
+        return lr.detach().reshape(()).to(device=device, dtype=torch.float32)
     lr = float(lr)
     if not lr >= 0.0:
         raise ValueError(f"Invalid learning rate: {lr}")
-    return torch.tensor(lr, dtype=torch.float32)
+    return torch.tensor(lr, dtype=torch.float32, device=device)
+
+
+def _group_device(group: dict[str, Any]) -> torch.device:
+    """Where a group's lr lives: its params' device when they share one, else the CPU."""
+    devices = {p.device for p in group["params"]}
+    return devices.pop() if len(devices) == 1 else torch.device("cpu")
 
 
 class FusedOptimizer(Optimizer):
@@ -64,7 +72,7 @@ class FusedOptimizer(Optimizer):
         group = self.param_groups[-1]
         # Each group gets its own lr tensor unless the user handed one in.
         if not isinstance(group["lr"], Tensor) or group["lr"] is self.defaults["lr"]:
-            group["lr"] = as_lr_tensor(group["lr"]).clone()
+            group["lr"] = as_lr_tensor(group["lr"], _group_device(group)).clone()
         for p in group["params"]:
             if p.dtype not in (torch.float32, *_LOW_PRECISION):
                 raise TypeError(
@@ -148,7 +156,7 @@ class FusedOptimizer(Optimizer):
             if step is not None:
                 state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
         for group in self.param_groups:
-            group["lr"] = as_lr_tensor(group["lr"]).clone()
+            group["lr"] = as_lr_tensor(group["lr"], _group_device(group)).clone()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Resets the gradients of all optimized tensors, like
@@ -216,7 +224,7 @@ class FusedOptimizer(Optimizer):
                 loss = closure()
         for group in self.param_groups:
             if not isinstance(group["lr"], Tensor):  # set by hand to a float
-                group["lr"] = as_lr_tensor(group["lr"])
+                group["lr"] = as_lr_tensor(group["lr"], _group_device(group))
             buckets = self._buckets(group)
             # Clipping by the group's global grad norm: the op does it when the
             # group is one bucket; across buckets the clip folds into grad_scale.
@@ -257,6 +265,12 @@ class FusedOptimizer(Optimizer):
         if grad_scale is not None:
             norm = norm / grad_scale.double().cpu()
         return (norm / max_norm).clamp(min=1.0).float()
+
+    @staticmethod
+    def _bucket_lr(group: dict[str, Any], bucket: dict[str, list[Tensor]]) -> Tensor:
+        """The group's lr on the bucket's device (a copy only for mixed-device groups)."""
+        lr, device = group["lr"], bucket["params"][0].device
+        return lr if lr.device == device else lr.to(device, non_blocking=True)
 
     def _step_bucket(
         self,

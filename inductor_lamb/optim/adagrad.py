@@ -69,7 +69,7 @@ class Adagrad(FusedOptimizer):
 
     def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
         ops.adagrad_step_(
-            bucket["params"], bucket["grads"], bucket["sum"], bucket["steps"], group["lr"],
+            bucket["params"], bucket["grads"], bucket["sum"], bucket["steps"], self._bucket_lr(group, bucket),
             group["lr_decay"], group["weight_decay"], group["eps"], group.get("maximize", False),
             grad_scale, found_inf, bucket.get("master_params") or None,
         )

@@ -83,7 +83,7 @@ class Lamb(FusedOptimizer):
         beta1, beta2 = group["betas"]
         ops.lamb_step_(
             bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"], bucket["steps"],
-            group["lr"], beta1, beta2, group["eps"], group["weight_decay"], group["bias_correction"],
+            self._bucket_lr(group, bucket), beta1, beta2, group["eps"], group["weight_decay"], group["bias_correction"],
             group["grad_averaging"], group["always_adapt"], group["trust_clip"], max_grad_norm,
             grad_scale, found_inf, bucket.get("master_params") or None,
         )

@@ -82,7 +82,7 @@ class Lamb16(FusedOptimizer):
         beta1, beta2 = group["betas"]
         ops.lamb16_step_(
             bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"],
-            bucket["exp_avg_scale"], bucket["exp_avg_sq_scale"], bucket["steps"], group["lr"],
+            bucket["exp_avg_scale"], bucket["exp_avg_sq_scale"], bucket["steps"], self._bucket_lr(group, bucket),
             beta1, beta2, group["eps"], group["weight_decay"], group["trust_scale"],
             grad_scale, found_inf, bucket.get("master_params") or None,
         )

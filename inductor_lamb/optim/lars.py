@@ -108,7 +108,7 @@ class Lars(FusedOptimizer):
         weight_decays = [0.0 if self._no_decay(n) else wd for n in names] if self._excludes else wd
         adaptation = [not self._no_adapt(n) for n in names] if self._excludes else True
         ops.lars_step_(
-            bucket["params"], bucket["grads"], bucket["momentum_buffer"], group["lr"], group["momentum"],
+            bucket["params"], bucket["grads"], bucket["momentum_buffer"], self._bucket_lr(group, bucket), group["momentum"],
             group["lars_coeff"], group["eps"], group["rescale_grad"], weight_decays, adaptation,
             grad_scale, found_inf, bucket.get("master_params") or None,
         )

@@ -1,0 +1,42 @@
+// Engine pieces shared by the optimizers: global grad-norm clipping.
+#include "cuda/engine.cuh"
+
+namespace inductor_lamb::cuda {
+namespace {
+
+constexpr int kClipSlot = 3;  // partials slot used by the grad norm (pass 1 kernels use 0..2 later)
+
+__global__ void grad_sumsq_kernel(Launch l) {
+  if (skip_step(l)) return;
+  const BlockChunk c(l, blockIdx.x);
+  const float mul = grad_multiplier(l, false);
+  float s = 0.f;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
+    const float g = load(c.t.grad, c.t.dtype, i) * mul;
+    s += g * g;
+  }
+  s = block_reduce<SumOp>(s);
+  if (threadIdx.x == 0) l.partials[blockIdx.x * kPartials + kClipSlot] = s;
+}
+
+// One block: strided sums in double, then a fixed-order block reduction.
+__global__ void grad_clip_kernel(Launch l, double max_norm) {
+  if (skip_step(l)) return;
+  double s = 0.0;
+  for (int32_t c = threadIdx.x; c < l.num_chunks; c += kThreads) s += l.partials[c * kPartials + kClipSlot];
+  s = block_reduce<SumOp, double>(s);
+  if (threadIdx.x == 0) {
+    const double norm = sqrt(s);
+    l.global[0] = norm > max_norm ? float(1.0 / (norm / max_norm)) : 1.f;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_grad_clip(const Launch& l, double max_norm) {
+  if (l.num_chunks > 0) grad_sumsq_kernel<<<chunk_grid(l), kThreads, 0, l.stream>>>(l);
+  grad_clip_kernel<<<1, kThreads, 0, l.stream>>>(l, max_norm);
+  return cudaGetLastError();
+}
+
+}  // namespace inductor_lamb::cuda

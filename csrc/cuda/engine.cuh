@@ -1,0 +1,115 @@
+#pragma once
+// The CUDA multi-tensor engine, device side (CUDA headers only). One launch
+// covers every chunk of every tensor of a list: block b works on chunk b,
+// whose tensor it finds in the chunk table (device memory, so there is no limit
+// on the number of tensors and no per-launch argument packing). Reductions write
+// one partial per chunk (fixed tree order inside the block); per-tensor totals
+// are summed over the tensor's chunks in order by one thread: the same bits on
+// every run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include "cuda/launch.h"
+
+namespace inductor_lamb::cuda {
+
+__device__ __forceinline__ float load(const void* p, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case kHalf: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store(void* p, int32_t dtype, int64_t i, float x) {
+  switch (dtype) {
+    case kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
+    case kHalf: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
+    default: static_cast<float*>(p)[i] = x;
+  }
+}
+
+// A parameter as float32 (its master copy when there is one), and its write-back.
+__device__ __forceinline__ float load_param(const TensorMeta& t, int64_t i) {
+  return t.master ? t.master[i] : load(t.param, t.dtype, i);
+}
+__device__ __forceinline__ void store_param(const TensorMeta& t, int64_t i, float x) {
+  if (t.master) t.master[i] = x;
+  store(t.param, t.dtype, i, x);
+}
+
+__device__ __forceinline__ bool skip_step(const Launch& l) { return l.found_inf && *l.found_inf != 0.f; }
+
+// 1 / grad_scale (1 without one), times the clip factor in l.global[0] when `clipped`.
+__device__ __forceinline__ float grad_multiplier(const Launch& l, bool clipped) {
+  float m = l.grad_scale ? 1.f / *l.grad_scale : 1.f;
+  return clipped ? m * l.global[0] : m;
+}
+
+// max that propagates NaN (fmaxf would drop it).
+template <typename T>
+__device__ __forceinline__ T nan_max(T a, T b) { return (a != a || a > b) ? a : b; }
+
+struct SumOp {
+  template <typename T>
+  __device__ static T apply(T a, T b) { return a + b; }
+};
+struct MaxOp {  // of values >= 0 (or NaN): |m|, v
+  template <typename T>
+  __device__ static T apply(T a, T b) { return nan_max(a, b); }
+};
+
+// Block-wide reduction of one value per thread (fixed order: warp butterflies,
+// then warp 0 over the warp results), so the same inputs give the same bits.
+// The result is valid in thread 0. Identity 0 serves both ops (max of values >= 0).
+template <typename Op, typename T = float>
+__device__ __forceinline__ T block_reduce(T v) {
+  __shared__ T warp_vals[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // warp_vals may still be read by a previous call
+  if (lane == 0) warp_vals[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? warp_vals[lane] : T(0);
+    for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
+
+// The chunk of this block: its tensor and element range.
+struct BlockChunk {
+  const TensorMeta& t;
+  int32_t tensor;
+  int64_t begin, end;
+  __device__ __forceinline__ BlockChunk(const Launch& l, int64_t chunk)
+      : t(l.tensors[l.chunks[chunk].tensor]),
+        tensor(l.chunks[chunk].tensor),
+        begin(int64_t(l.chunks[chunk].index) * kChunk),
+        end(min(t.numel, begin + kChunk)) {}
+};
+
+// Per tensor t, the sum (or max) over its chunks, in chunk order, of partial j.
+__device__ __forceinline__ double tensor_sum(const Launch& l, const TensorMeta& t, int j) {
+  double s = 0.0;
+  for (int32_t c = 0; c < t.num_chunks; ++c) s += l.partials[(t.first_chunk + c) * kPartials + j];
+  return s;
+}
+__device__ __forceinline__ float tensor_max(const Launch& l, const TensorMeta& t, int j) {
+  float m = 0.f;
+  for (int32_t c = 0; c < t.num_chunks; ++c) m = nan_max(m, l.partials[(t.first_chunk + c) * kPartials + j]);
+  return m;
+}
+
+// Launch helpers: one block per chunk, one thread per tensor.
+inline dim3 chunk_grid(const Launch& l) { return dim3(static_cast<unsigned>(l.num_chunks)); }
+inline dim3 tensor_grid(const Launch& l) { return dim3(static_cast<unsigned>((l.num_tensors + kThreads - 1) / kThreads)); }
+__device__ __forceinline__ int32_t tensor_index() { return blockIdx.x * blockDim.x + threadIdx.x; }
+
+// Global grad-norm clipping (engine.cu), two launches: l.global[0] = clip factor
+// 1 / max(1, ||grads / grad_scale|| / max_norm); kernels then read grad_multiplier(l, true).
+cudaError_t launch_grad_clip(const Launch& l, double max_norm);
+
+}  // namespace inductor_lamb::cuda

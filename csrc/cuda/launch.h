@@ -1,0 +1,84 @@
+#pragma once
+// The interface between the torch glue (ops_cuda.cpp, built with torch headers)
+// and the CUDA kernels (*.cu, CUDA headers only): plain structs and extern "C"
+// launchers. Everything a launch needs is in device memory or in these structs,
+// so a step never reads a device value on the host (no sync, CUDA-graph capturable).
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+namespace inductor_lamb::cuda {
+
+// Storage dtype of a param / grad (same values as cpu::Dtype). Math is float32.
+enum Dtype : int32_t { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
+
+// Elements per block-sized chunk, and threads per block, of every engine kernel.
+constexpr int kChunk = 16384;
+constexpr int kThreads = 256;
+// Per-chunk partial reductions (||p||^2, ||u||^2, amax m, amax v) and per-tensor coefficients.
+constexpr int kPartials = 4;
+constexpr int kCoeffs = 8;
+
+// One list index of a step (device memory): its pointers and its chunks.
+struct TensorMeta {
+  void* param;          // Dtype `dtype`
+  const void* grad;     // Dtype `dtype`
+  void* state[2];       // optimizer state (float32, or float8 for LAMB16), null if unused
+  float* master;        // float32 master param, or null
+  float* step;          // 0-d float32 step counter, or null
+  float* scalar[2];     // 0-d float32 per-tensor state (LAMB16 scales), or null
+  float option[2];      // per-tensor hyper-parameters (LARS: weight decay, layer adaptation)
+  int64_t numel;
+  int64_t first_chunk;  // its chunks are [first_chunk, first_chunk + num_chunks)
+  int32_t num_chunks;
+  int32_t dtype;
+};
+
+// Chunk c covers elements [index * kChunk, min(numel, (index + 1) * kChunk)) of `tensor`.
+struct ChunkMeta {
+  int32_t tensor;
+  int32_t index;
+};
+
+struct Launch {
+  const TensorMeta* tensors;  // device, [num_tensors]
+  const ChunkMeta* chunks;    // device, [num_chunks]
+  int32_t num_tensors;
+  int32_t num_chunks;
+  float* partials;            // device workspace, [num_chunks * kPartials]
+  float* coeffs;              // device workspace, [num_tensors * kCoeffs]
+  float* global;              // device workspace, [kPartials]: whole-list values (grad clip factor)
+  const float* lr;            // device, 0-d
+  const float* grad_scale;    // device or null: grads are divided by it
+  const float* found_inf;     // device or null: nonzero skips the whole step
+  cudaStream_t stream;
+};
+
+// Hyper-parameters as the op received them (double); kernels round to float
+// where the CPU kernels do, so both backends compute the same float32 math.
+struct LambHyper {
+  double beta1, beta2, eps, weight_decay, max_grad_norm;
+  int32_t bias_correction, grad_averaging, always_adapt, trust_clip;
+};
+
+struct Lamb16Hyper {
+  double beta1, beta2, eps, weight_decay, trust_scale;
+};
+
+struct LarsHyper {  // weight decay and layer adaptation are per tensor: TensorMeta::option
+  double momentum, lars_coeff, eps, rescale_grad;
+};
+
+struct AdagradHyper {
+  double lr_decay, weight_decay, eps;
+  int32_t maximize;
+};
+
+}  // namespace inductor_lamb::cuda
+
+// Each returns a cudaError_t (0 on success) of its launches.
+extern "C" {
+int inductor_lamb_cuda_lamb_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
+int inductor_lamb_cuda_lamb16_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
+int inductor_lamb_cuda_lars_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
+int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::AdagradHyper* h);
+}

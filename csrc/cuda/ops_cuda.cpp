@@ -1,0 +1,290 @@
+// TORCH_LIBRARY_IMPL(lamb, CUDA): argument checks and layouts (shared with the
+// CPU engine: csrc/cpu/engine.h), the device-side tensor table, workspaces, and
+// the extern "C" launchers of the .cu files. Built only when torch has CUDA.
+//
+// No step reads a device value on the host: lr, steps, grad_scale and found_inf
+// are read by the kernels. The tensor table (pointers, sizes, chunks) is uploaded
+// once per distinct list and cached, so steady-state steps and CUDA graph replays
+// do no host-to-device copy; capturing needs one eager (warm-up) call first, as
+// CUDA graph capture usually does.
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cpu/engine.h"
+#include "cuda/launch.h"
+
+namespace inductor_lamb::cuda {
+namespace {
+
+using cpu::ArgChecker;
+using cpu::StateList;
+using cpu::TensorRows;
+
+// ---- the device-side tensor table ------------------------------------------------
+
+class TableCache {
+ public:
+  // The device copy of `bytes` (TensorMeta[] then ChunkMeta[]), uploaded on first use.
+  const uint8_t* get(const std::string& bytes, const at::Device& device, const char* op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = std::to_string(device.index()) + ":" + bytes;
+    const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      TORCH_CHECK(!capturing, op, ": these tensors were never stepped outside CUDA graph capture; run one eager "
+                  "(warm-up) step with the same tensors before capturing");
+      if (entries_.size() >= kMaxEntries) evict();
+      at::Tensor host = at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
+      it = entries_.emplace(key, Entry{host.to(device, /*non_blocking=*/true), false}).first;
+    }
+    // A captured graph keeps the raw pointer: such entries are never evicted.
+    if (capturing) it->second.captured = true;
+    return it->second.table.data_ptr<uint8_t>();
+  }
+
+ private:
+  struct Entry {
+    at::Tensor table;
+    bool captured;
+  };
+  static constexpr size_t kMaxEntries = 256;
+  void evict() {
+    for (auto it = entries_.begin(); it != entries_.end();) it = it->second.captured ? std::next(it) : entries_.erase(it);
+  }
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+TableCache& table_cache() {
+  static TableCache cache;
+  return cache;
+}
+
+// Fills the chunk fields of `tensors`, uploads (or finds) the table, allocates the
+// workspace and returns the launch description on the current stream.
+struct PreparedLaunch {
+  Launch launch;
+  at::Tensor workspace;
+};
+
+PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& device, const at::Tensor& lr,
+                       const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
+                       const char* op) {
+  std::vector<ChunkMeta> chunks;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int64_t n = (tensors[t].numel + kChunk - 1) / kChunk;
+    TORCH_CHECK(n <= INT32_MAX, op, ": params[", t, "] has too many elements");
+    tensors[t].first_chunk = static_cast<int64_t>(chunks.size());
+    tensors[t].num_chunks = static_cast<int32_t>(n);
+    for (int32_t k = 0; k < n; ++k) chunks.push_back({static_cast<int32_t>(t), k});
+  }
+  TORCH_CHECK(chunks.size() <= INT32_MAX, op, ": too many elements in one call");
+  std::string bytes(tensors.size() * sizeof(TensorMeta) + chunks.size() * sizeof(ChunkMeta), '\0');
+  std::memcpy(bytes.data(), tensors.data(), tensors.size() * sizeof(TensorMeta));
+  std::memcpy(bytes.data() + tensors.size() * sizeof(TensorMeta), chunks.data(), chunks.size() * sizeof(ChunkMeta));
+  const uint8_t* table = table_cache().get(bytes, device, op);
+
+  PreparedLaunch out;
+  const int64_t nt = static_cast<int64_t>(tensors.size()), nc = static_cast<int64_t>(chunks.size());
+  out.workspace = at::empty({nc * kPartials + nt * kCoeffs + kPartials}, at::TensorOptions().dtype(at::kFloat).device(device));
+  float* ws = out.workspace.data_ptr<float>();
+  Launch& l = out.launch;
+  l.tensors = reinterpret_cast<const TensorMeta*>(table);
+  l.chunks = reinterpret_cast<const ChunkMeta*>(table + nt * sizeof(TensorMeta));
+  l.num_tensors = static_cast<int32_t>(nt);
+  l.num_chunks = static_cast<int32_t>(nc);
+  l.partials = ws;
+  l.coeffs = ws + nc * kPartials;
+  l.global = ws + nc * kPartials + nt * kCoeffs;
+  l.lr = lr.data_ptr<float>();
+  l.grad_scale = grad_scale.has_value() && grad_scale->defined() ? grad_scale->data_ptr<float>() : nullptr;
+  l.found_inf = found_inf.has_value() && found_inf->defined() ? found_inf->data_ptr<float>() : nullptr;
+  l.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  return out;
+}
+
+void check_launch(int err, const char* op) {
+  TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+// The meta row of list index i: param, grad, master and up to two state lists (k0, k1).
+TensorMeta row(const TensorRows& rows, size_t i, int k0, int k1, int master_k) {
+  TensorMeta t{};
+  t.param = rows.param(i);
+  t.grad = rows.grad(i);
+  t.state[0] = k0 >= 0 ? rows.state(i, k0) : nullptr;
+  t.state[1] = k1 >= 0 ? rows.state(i, k1) : nullptr;
+  t.master = master_k >= 0 ? rows.floats(i, master_k) : nullptr;
+  t.numel = rows.numels()[i];
+  t.dtype = static_cast<int32_t>(rows.dtypes()[i]);
+  return t;
+}
+
+at::Device device_of(at::TensorList params) { return params.empty() ? at::Device(at::kCUDA) : params[0].device(); }
+
+// ---- the ops ---------------------------------------------------------------------------
+
+void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                    at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
+                    double weight_decay, bool bias_correction, bool grad_averaging, bool always_adapt,
+                    bool trust_clip, double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
+                    const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
+  const char* op = "lamb_step_";
+  const ArgChecker chk(op);
+  const at::Device device = device_of(params);
+  const c10::cuda::CUDAGuard guard(device);
+  const size_t n = params.size();
+  std::vector<StateList> lists{{"exp_avgs", exp_avgs}, {"exp_avg_sqs", exp_avg_sqs}};
+  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
+  cpu::check_lists(chk, params, grads, lists, device);
+  cpu::check_steps(chk, steps, n, device);
+  chk.step_scalars(lr, grad_scale, found_inf, device);
+  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
+  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
+  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
+  chk.in_range(max_grad_norm, "max_grad_norm", 0.0, INFINITY, false);
+  if (n == 0) return;
+
+  TensorRows rows(params, grads, lists);
+  std::vector<TensorMeta> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    tensors[i] = row(rows, i, 0, 1, master_params.has_value() ? 2 : -1);
+    tensors[i].step = steps[i].data_ptr<float>();
+  }
+  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+  const LambHyper h{beta1, beta2, eps, weight_decay, max_grad_norm, bias_correction, grad_averaging, always_adapt,
+                    trust_clip};
+  check_launch(inductor_lamb_cuda_lamb_step(&prepared.launch, &h), op);
+  rows.commit();
+}
+
+void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                      at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales,
+                      at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
+                      double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
+                      const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
+  const char* op = "lamb16_step_";
+  const ArgChecker chk(op);
+  const at::Device device = device_of(params);
+  const c10::cuda::CUDAGuard guard(device);
+  const size_t n = params.size();
+  std::vector<StateList> lists{{"exp_avgs", exp_avgs, at::kFloat8_e4m3fn}, {"exp_avg_sqs", exp_avg_sqs, at::kFloat8_e5m2}};
+  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
+  cpu::check_lists(chk, params, grads, lists, device);
+  cpu::check_scalars(chk, "exp_avg_scales", exp_avg_scales, n, device);
+  cpu::check_scalars(chk, "exp_avg_sq_scales", exp_avg_sq_scales, n, device);
+  cpu::check_steps(chk, steps, n, device);
+  chk.step_scalars(lr, grad_scale, found_inf, device);
+  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
+  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
+  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
+  chk.in_range(trust_scale, "trust_scale", 0.0, INFINITY, false);
+  if (n == 0) return;
+
+  TensorRows rows(params, grads, lists);
+  std::vector<TensorMeta> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    tensors[i] = row(rows, i, 0, 1, master_params.has_value() ? 2 : -1);
+    tensors[i].step = steps[i].data_ptr<float>();
+    tensors[i].scalar[0] = exp_avg_scales[i].data_ptr<float>();
+    tensors[i].scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
+  }
+  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+  const Lamb16Hyper h{beta1, beta2, eps, weight_decay, trust_scale};
+  check_launch(inductor_lamb_cuda_lamb16_step(&prepared.launch, &h), op);
+  rows.commit();
+}
+
+void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+                    const at::Tensor& lr, double momentum, double lars_coeff, double eps, double rescale_grad,
+                    c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
+                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
+                    std::optional<at::TensorList> master_params) {
+  const char* op = "lars_step_";
+  const ArgChecker chk(op);
+  const at::Device device = device_of(params);
+  const c10::cuda::CUDAGuard guard(device);
+  const size_t n = params.size();
+  std::vector<StateList> lists{{"momentum_buffers", momentum_buffers}};
+  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
+  cpu::check_lists(chk, params, grads, lists, device);
+  chk.step_scalars(lr, grad_scale, found_inf, device);
+  TORCH_CHECK(weight_decay.size() == 1 || weight_decay.size() == n, op, ": weight_decay has ", weight_decay.size(),
+              " values; expected 1 or one per param (", n, ")");
+  for (size_t i = 0; i < weight_decay.size(); ++i)
+    TORCH_CHECK(weight_decay[i] >= 0, op, ": weight_decay[", i, "] is ", weight_decay[i], ", expected >= 0");
+  TORCH_CHECK(layer_adaptation.size() <= 1 || layer_adaptation.size() == n, op, ": layer_adaptation has ",
+              layer_adaptation.size(), " values; expected 0, 1 or one per param (", n, ")");
+  chk.in_range(momentum, "momentum", 0.0, INFINITY, false);
+  chk.in_range(lars_coeff, "lars_coeff", 0.0, INFINITY, false);
+  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  if (n == 0) return;
+
+  TensorRows rows(params, grads, lists);
+  std::vector<TensorMeta> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    tensors[i] = row(rows, i, 0, -1, master_params.has_value() ? 1 : -1);
+    tensors[i].option[0] = float(weight_decay.size() == 1 ? weight_decay[0] : weight_decay[i]);
+    const bool adapt = layer_adaptation.size() == 0 ? true : layer_adaptation.get(layer_adaptation.size() == 1 ? 0 : i);
+    tensors[i].option[1] = adapt ? 1.f : 0.f;
+  }
+  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+  const LarsHyper h{momentum, lars_coeff, eps, rescale_grad};
+  check_launch(inductor_lamb_cuda_lars_step(&prepared.launch, &h), op);
+  rows.commit();
+}
+
+void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps,
+                       const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
+                       const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
+                       std::optional<at::TensorList> master_params) {
+  const char* op = "adagrad_step_";
+  const ArgChecker chk(op);
+  const at::Device device = device_of(params);
+  const c10::cuda::CUDAGuard guard(device);
+  const size_t n = params.size();
+  std::vector<StateList> lists{{"state_sums", state_sums}};
+  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
+  cpu::check_lists(chk, params, grads, lists, device);
+  cpu::check_steps(chk, steps, n, device);
+  chk.step_scalars(lr, grad_scale, found_inf, device);
+  chk.in_range(lr_decay, "lr_decay", 0.0, INFINITY, false);
+  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
+  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  if (n == 0) return;
+
+  TensorRows rows(params, grads, lists);
+  std::vector<TensorMeta> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    tensors[i] = row(rows, i, 0, -1, master_params.has_value() ? 1 : -1);
+    tensors[i].step = steps[i].data_ptr<float>();
+  }
+  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+  const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
+  check_launch(inductor_lamb_cuda_adagrad_step(&prepared.launch, &h), op);
+  rows.commit();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
+  m.impl("lamb_step_", &lamb_step_cuda);
+  m.impl("lamb16_step_", &lamb16_step_cuda);
+  m.impl("lars_step_", &lars_step_cuda);
+  m.impl("adagrad_step_", &adagrad_step_cuda);
+}
+
+}  // namespace inductor_lamb::cuda
