@@ -1,0 +1,197 @@
+"""CUDA kernels (skipped without a CUDA device, or when inductor_lamb was built
+without CUDA): against the CPU kernel and the float64 reference, layouts, low
+precision, many tensors, determinism, launches per step, CUDA graph capture,
+and a compiled training step (the lowering emits Triton)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import MIXED_SHAPES, assert_tensor_close, clone_lists, equal, noncontiguous_like
+from test_compile import OP_CASES, CountingBackend, batches, make_model, op_args, train_step
+
+import inductor_lamb
+from inductor_lamb import Lamb, Lamb16, Lars, reference
+
+HAVE_CUDA = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("lamb::lamb_step_", "CUDA")
+pytestmark = pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device and inductor_lamb built with CUDA")
+
+LRS = [0.01, 0.02, 0.005]
+
+
+def to(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list):
+        return [to(x, device) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to(v, device) for k, v in obj.items()}
+    return obj
+
+
+def run(name, args, kwargs, lrs, device):
+    for lr in lrs:
+        getattr(torch.ops.lamb, name)(*args, torch.tensor(lr, device=device), **kwargs)
+
+
+def assert_lists_close(a_lists, b_lists, rtol=1e-5, atol=1e-6):
+    for i, (a, b) in enumerate(zip(a_lists, b_lists)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_tensor_close(x.cpu(), y.cpu(), rtol=rtol, atol=atol, msg=lambda m: f"list {i}[{j}]: {m}")
+
+
+@pytest.mark.parametrize("case", list(OP_CASES))
+def test_matches_cpu_kernel(case):
+    name, args, kwargs = op_args(case)
+    args[0][1].zero_()  # a zero-norm param (trust ratio 1)
+    c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+    run(name, args, kwargs, LRS, "cpu")
+    run(name, c_args, c_kwargs, LRS, "cuda")
+    assert_lists_close(c_args, args)
+
+
+@pytest.mark.parametrize("case", ["lamb_all_options", "lamb16_all_options"])
+def test_matches_float64_reference(case):
+    name, args, kwargs = op_args(case)
+    ref = [[t.double() if t.dtype == torch.float32 and t.dim() else t.clone() for t in lst] for lst in args]
+    ref_step = reference.lamb_step if name == "lamb_step_" else reference.lamb16_step
+    c_args, c_kwargs = to(args, "cuda"), to(kwargs, "cuda")
+    for lr in LRS:
+        run(name, c_args, c_kwargs, [lr], "cuda")
+        ref_step(*ref, lr, **kwargs)
+    for a, b in zip(c_args, ref):
+        for x, y in zip(a, b):
+            x = x.cpu()
+            assert_tensor_close(x.double() if x.element_size() > 1 else x, y.double() if y.element_size() > 1 else y,
+                                rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+def test_noncontiguous(case, layout):
+    name, args, kwargs = op_args(case)
+    c_args, kwargs = to(args, "cuda"), to(kwargs, "cuda")
+    nc_args = [[noncontiguous_like(t, layout) for t in lst] for lst in c_args]
+    run(name, c_args, kwargs, LRS[:2], "cuda")
+    run(name, nc_args, kwargs, LRS[:2], "cuda")
+    assert_lists_close(nc_args, c_args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+def test_low_precision_with_master(case, dtype):
+    name, args, kwargs = op_args(case, dtype=dtype)
+    c_args, c_kwargs = to(clone_lists(args), "cuda"), to({**kwargs, "master_params": clone_lists([kwargs["master_params"]])[0]}, "cuda")
+    run(name, args, kwargs, LRS[:2], "cpu")
+    run(name, c_args, c_kwargs, LRS[:2], "cuda")
+    assert_lists_close([c_kwargs["master_params"]], [kwargs["master_params"]])
+    for p, m in zip(c_args[0], c_kwargs["master_params"]):
+        assert torch.equal(p, m.to(dtype))
+
+
+def test_many_tensors_one_call_three_launches():
+    from torch.profiler import ProfilerActivity, profile
+
+    def lamb_launches(n):
+        shapes = [(i % 7 + 1, 33) if i % 5 else () for i in range(n)]
+        name, args, kwargs = op_args("lamb", shapes=shapes)
+        c_args = to(clone_lists(args), "cuda")
+        run(name, c_args, {}, [0.01], "cuda")  # warm-up (uploads the tensor table)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run(name, c_args, {}, [0.01], "cuda")
+            torch.cuda.synchronize()
+        run(name, args, {}, [0.01, 0.01], "cpu")
+        assert_lists_close(c_args, args)
+        return sum(1 for e in prof.events() if "inductor_lamb" in e.name and e.device_type.name == "CUDA")
+
+    assert lamb_launches(10) == lamb_launches(2500) == 3
+
+
+def test_deterministic_bits():
+    outs = []
+    for _ in range(2):
+        name, args, kwargs = op_args("lamb16", shapes=MIXED_SHAPES + [(3_000_001,)])
+        c_args = to(args, "cuda")
+        run(name, c_args, to(kwargs, "cuda"), LRS, "cuda")
+        outs.append(c_args)
+    for a, b in zip(*outs):
+        assert all(equal(x.cpu(), y.cpu()) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+def test_cuda_graph_capture_and_replay(case):
+    name, args, kwargs = op_args(case)
+    eager_args, kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+    g_args = to(clone_lists(args), "cuda")
+    lr = torch.tensor(0.01, device="cuda")
+    op = getattr(torch.ops.lamb, name)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        op(*g_args, lr, **kwargs)  # warm-up: uploads the tensor table
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(*g_args, lr, **kwargs)
+    op(*eager_args, torch.tensor(0.01, device="cuda"), **kwargs)
+    for new_lr in (0.01, 0.02, 0.005):  # the captured step reads lr on the device
+        lr.fill_(new_lr)
+        graph.replay()
+        op(*eager_args, torch.tensor(new_lr, device="cuda"), **kwargs)
+    torch.cuda.synchronize()
+    assert_lists_close(g_args, eager_args, rtol=0, atol=0)
+
+
+def test_opcheck_cuda():
+    for case in ("lamb_all_options", "lamb16", "lars", "adagrad"):
+        name, args, kwargs = op_args(case, shapes=[(8, 5), (), (0,), (33,)])
+        utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+        if name != "lamb16_step_":
+            utils = ("test_schema", *utils)
+        with torch.no_grad():
+            torch.library.opcheck(getattr(torch.ops.lamb, name).default,
+                                  (*to(args, "cuda"), torch.tensor(0.01, device="cuda")), to(kwargs, "cuda"),
+                                  test_utils=utils)
+
+
+@pytest.mark.parametrize("cls,kw", [(Lamb, dict(lr=0.02, weight_decay=0.01)), (Lamb16, dict(lr=0.02, weight_decay=0.01)),
+                                    (Lars, dict(lr=0.3, weight_decay=1e-3))])
+def test_compiled_training_step_on_cuda(cls, kw):
+    """The whole step compiled for CUDA: the lowering emits Triton; matches eager."""
+    model = make_model().cuda()
+    twins = []
+    for m in (model, copy.deepcopy(model)):
+        opt = cls(m.parameters(), **kw)
+        assert opt.param_groups[0]["lr"].device.type == "cuda"
+        twins.append((m, opt))
+    (model_e, opt_e), (model_c, opt_c) = twins
+    backend = CountingBackend()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(train_step, backend=backend, fullgraph=True)
+        for x, y in batches(5):
+            x, y = x.cuda(), y.cuda()
+            torch.testing.assert_close(compiled(model_c, opt_c, x, y), train_step(model_e, opt_e, x, y),
+                                       rtol=1e-5, atol=1e-5)
+    assert backend.graphs == 1
+    for p, q in zip(model_c.parameters(), model_e.parameters()):
+        assert ((p - q).norm() / q.norm()).item() <= 1e-5
+    from torch._inductor.utils import run_and_get_code
+
+    x, y = (t.cuda() for t in batches(1, seed=7)[0])
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        _, codes = run_and_get_code(torch.compile(train_step, fullgraph=True), model_c, opt_c, x, y)
+    code = "\n".join(codes)
+    assert inductor_lamb.compile_path() == "lowering"
+    assert "torch.ops.lamb" not in code and "triton" in code
+
+
+def test_errors_name_argument_and_index():
+    name, args, kwargs = op_args("lamb")
+    c_args = to(args, "cuda")
+    c_args[1][2] = c_args[1][2].cpu()
+    with pytest.raises(RuntimeError, match=r"grads\[2\] is on cpu"):
+        run(name, c_args, {}, [0.01], "cuda")
+    with pytest.raises(RuntimeError, match=r"lr is on cpu"):
+        torch.ops.lamb.lamb_step_(*to(args, "cuda"), torch.tensor(0.01))
