@@ -1,4 +1,4 @@
-"""Optimizer step time: our ops against plain torch and torch's fused twins (CPU).
+"""Optimizer step time: our ops against plain torch and torch's fused twins (CPU or CUDA).
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
 
@@ -9,6 +9,10 @@ GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LAMB16 26, LARS 2
 20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
+
+``--device cuda``: a BERT-large-like list (~335M params) and 1000 small tensors;
+GB/s against a device-to-device copy measured in the same run, and CUDA kernel
+launches per step (profiler).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from inductor_lamb import reference  # noqa: E402
 BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
 
 
-def make_state(shapes, seed=0, kind="lamb"):
+def make_state(shapes, seed=0, kind="lamb", device="cpu"):
     """The op's list arguments for `kind`, random (never zeros)."""
+    if device != "cpu":
+        return [[t.to(device) for t in lst] for lst in make_state(shapes, seed, kind)]
     g = torch.Generator().manual_seed(seed)
     params = [torch.randn(s, generator=g) for s in shapes]
     grads = [torch.randn(s, generator=g) for s in shapes]
@@ -49,9 +55,9 @@ def make_state(shapes, seed=0, kind="lamb"):
     return params, grads, [torch.rand(s, generator=g) + 0.1 for s in shapes], steps
 
 
-def torch_optimizer(cls, shapes, **kw):
-    params = [torch.nn.Parameter(t) for t in make_state(shapes)[0]]
-    for p, g in zip(params, make_state(shapes, seed=1)[1]):
+def torch_optimizer(cls, shapes, device="cpu", **kw):
+    params = [torch.nn.Parameter(t) for t in make_state(shapes, device=device)[0]]
+    for p, g in zip(params, make_state(shapes, seed=1, device=device)[1]):
         p.grad = g
     return cls(params, **kw).step
 
@@ -63,8 +69,8 @@ REFERENCE = {"lamb": reference.lamb_step, "lamb16": reference.lamb16_step, "lars
 KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
 
 
-def lamb_op(shapes):
-    s, lr = make_state(shapes, kind="lamb"), torch.tensor(1e-4)
+def lamb_op(shapes, device="cpu"):
+    s, lr = make_state(shapes, kind="lamb", device=device), torch.tensor(1e-4, device=device)
     return lambda: torch.ops.lamb.lamb_step_(*s, lr)
 
 
@@ -138,6 +144,62 @@ def run(args) -> list[dict]:
     return results
 
 
+def run_cuda(args) -> list[dict]:
+    """The CUDA tables: every row built, timed and freed in turn (BERT-large state is GBs)."""
+    from common import bench_cuda, cuda_copy_bandwidth
+    from torch.profiler import ProfilerActivity, profile
+
+    large = bert_like_shapes(hidden=1024, ffn=4096, layers=24, vocab=30522)
+    small = [(64 * (1 + i % 8), 64) if i % 3 else (256,) for i in range(1000)]
+    workloads = {"BERT-large-like": large, "1000 small tensors": small}
+    print(f"# {torch.cuda.get_device_name()}; torch {torch.__version__}\n")
+    twins = {"lamb": ("torch AdamW(fused=True) (twin)", "adamw", torch.optim.AdamW, dict(fused=True)),
+             "lamb16": ("inductor_lamb LAMB op (fp32 state)", "lamb", None, {}),
+             "lars": ("torch SGD(momentum, fused=True)", "sgd", torch.optim.SGD, dict(momentum=0.9, fused=True)),
+             "adagrad": ("torch Adagrad(fused=True)", "adagrad", torch.optim.Adagrad, dict(fused=True))}
+    results = []
+    for kind in args.ops:
+        for w, shapes in workloads.items():
+            bw = cuda_copy_bandwidth()
+            n = numel(shapes)
+            lr = torch.tensor(1e-4, device="cuda")
+            kw = KWARGS[kind]
+            compiled_ref = torch.compile(REFERENCE[kind])
+            name, floor, cls, tkw = twins[kind]
+            makers = [
+                ("inductor_lamb op", BYTES_PER_PARAM[kind], lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr, **kw))),
+                ("plain torch reference (eager)", BYTES_PER_PARAM[kind],
+                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr, **kw))),
+                ("torch.compile(reference)", BYTES_PER_PARAM[kind],
+                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr, **kw))),
+                (name, BYTES_PER_PARAM[floor],
+                 (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))),
+            ]
+            table = []
+            for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
+                fn = make()
+                with torch.no_grad():
+                    t = bench_cuda(fn, min_time=args.min_time)
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        fn()
+                        torch.cuda.synchronize()
+                launches = sum(1 for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memcpy"))
+                table.append({"op": kind, "workload": w, "method": method, "ms": t * 1e3, "gbs": fl * n / t / 1e9,
+                              "floor": fl, "bw": {"copy": bw}, "launches": launches})
+                del fn
+                torch.cuda.empty_cache()
+            results += table
+            ours = table[0]["ms"]
+            print(f"{kind.upper()}, {w}: {len(shapes)} tensors, {n / 1e6:.1f}M params; device copy {bw:.0f} GB/s")
+            print(f"| {'method':34s} | {'B/param':>7s} | {'ms':>8s} | {'vs ours':>8s} | {'GB/s':>7s} | {'% copy':>7s} | {'launches':>8s} |")
+            print(f"|{'-' * 36}|{'-' * 9}|{'-' * 10}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 10}|")
+            for r in table:
+                print(f"| {r['method']:34s} | {r['floor']:7d} | {r['ms']:8.3f} | {r['ms'] / ours:7.2f}x | "
+                      f"{r['gbs']:7.0f} | {100 * r['gbs'] / bw:6.0f}% | {r['launches']:8d} |")
+            print(flush=True)
+    return results
+
+
 def state_bytes(shapes) -> str:
     """Measured state bytes per param of Lamb16 and Lamb on these shapes."""
     params = [torch.nn.Parameter(torch.empty(s)) for s in shapes]
@@ -178,7 +240,9 @@ def main():
     ap.add_argument("--plot", default="", help="save a PNG bar chart here")
     ap.add_argument("--ops", nargs="+", default=["lamb", "lamb16", "lars", "adagrad"],
                     choices=["lamb", "lamb16", "lars", "adagrad"])
-    run(ap.parse_args())
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = ap.parse_args()
+    run_cuda(args) if args.device == "cuda" else run(args)
 
 
 if __name__ == "__main__":

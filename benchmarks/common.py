@@ -62,6 +62,34 @@ def stream_bandwidth(numel: int = 1 << 25) -> dict[str, float]:
     return {"copy": 8 * numel / t_copy / 1e9, "triad": 12 * numel / t_triad / 1e9, "rmw": 12 * numel / t_rmw / 1e9}
 
 
+def bench_cuda(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_iters: int = 500) -> float:
+    """Median seconds per call, timed with CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    iters = int(min(max_iters, max(10, min_time / one)))
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def cuda_copy_bandwidth(numel: int = 1 << 28) -> float:
+    """Device-to-device copy bandwidth (GB/s, bytes read + written) on 1 GiB float32 buffers."""
+    a = torch.rand(numel, device="cuda")
+    b = torch.rand(numel, device="cuda")
+    return 8 * numel / bench_cuda(lambda: a.copy_(b)) / 1e9
+
+
 def bert_like_shapes(hidden: int = 576, ffn: int = 2304, layers: int = 6, vocab: int = 4096) -> list[tuple[int, ...]]:
     """Parameter shapes of a small BERT encoder: about 104 tensors, 26.6M params by default."""
     shapes: list[tuple[int, ...]] = [(vocab, hidden), (512, hidden), (2, hidden), (hidden,), (hidden,)]
