@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +29,10 @@ from torch import nn
 from tqdm import tqdm
 
 import inductor_lamb
-from train_mnist import load_mnist
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_mnist import load_mnist  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 CONFIGS = {
     "large": dict(batch=1024, lr=0.02, weight_decay=0.01, epochs=10),
@@ -136,8 +141,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=None, help="override every config's epochs (quick runs)")
-    ap.add_argument("--plot", default="benchmarks/convergence.png")
-    ap.add_argument("--json", default="benchmarks/convergence.json")
+    ap.add_argument("--plot", default=str(HERE / "convergence.png"))
+    ap.add_argument("--json", default=str(HERE / "convergence.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_mnist()
