@@ -94,6 +94,7 @@ struct BlockChunk {
 // Per tensor t, the sum (or max) over its chunks, in chunk order, of partial j.
 __device__ __forceinline__ double tensor_sum(const Launch& l, const TensorMeta& t, int j) {
   double s = 0.0;
+#pragma unroll 8  // independent loads in flight: a large tensor has thousands of chunks
   for (int32_t c = 0; c < t.num_chunks; ++c) s += l.partials[(t.first_chunk + c) * kPartials + j];
   return s;
 }
