@@ -89,7 +89,7 @@ def extensions():
 
     isa_macros = [(f"INDUCTOR_LAMB_HAVE_{isa}", "1") for isa in ISA_FLAGS if isa != "DEFAULT"]
     kwargs = dict(
-        include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(cuda=with_cuda()),
+        include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(),  # CUDAExtension adds the CUDA ones
         define_macros=isa_macros,  # BuildExtension adds Py_LIMITED_API itself
         extra_compile_args={"cxx": COMMON_FLAGS},
         extra_link_args=["-fopenmp"],

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/adagrad.h"
+#include "cpu/op_checks.h"
 #include "cpu/engine.h"
 
 namespace inductor_lamb::cpu {
@@ -16,18 +17,10 @@ void adagrad_step_cpu(at::TensorList params, at::TensorList grads, at::TensorLis
                       at::TensorList steps, const at::Tensor& lr, double lr_decay, double weight_decay,
                       double eps, bool maximize, const std::optional<at::Tensor>& grad_scale,
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const ArgChecker chk("adagrad_step_");
-  const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<StateList> floats{{"state_sums", state_sums}};
-  if (has_master) floats.push_back({"master_params", *master_params});
-  check_lists(chk, params, grads, floats, cpu);
-  check_steps(chk, steps, n, cpu);
-  chk.step_scalars(lr, grad_scale, found_inf, cpu);
-  chk.in_range(lr_decay, "lr_decay", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  const auto floats = check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, grad_scale,
+                                         found_inf, master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
 
   TensorRows rows(params, grads, floats);

@@ -6,6 +6,7 @@
 
 #include "cpu/engine.h"
 #include "cpu/lamb.h"
+#include "cpu/op_checks.h"
 
 namespace inductor_lamb::cpu {
 
@@ -19,20 +20,10 @@ void lamb_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList e
                    bool always_adapt, bool trust_clip, double max_grad_norm,
                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                    std::optional<at::TensorList> master_params) {
-  const ArgChecker chk("lamb_step_");
-  const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<StateList> floats{{"exp_avgs", exp_avgs}, {"exp_avg_sqs", exp_avg_sqs}};
-  if (has_master) floats.push_back({"master_params", *master_params});
-  check_lists(chk, params, grads, floats, cpu);
-  check_steps(chk, steps, n, cpu);
-  chk.step_scalars(lr, grad_scale, found_inf, cpu);
-  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
-  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(max_grad_norm, "max_grad_norm", 0.0, INFINITY, false);
+  const auto floats = check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay,
+                                      max_grad_norm, grad_scale, found_inf, master_params, at::kCPU);
   // Like torch's fused Adam under GradScaler: an overflow skips the whole step.
   if (found_inf_set(found_inf)) return;
 

@@ -7,6 +7,7 @@
 
 #include "cpu/engine.h"
 #include "cpu/lamb16.h"
+#include "cpu/op_checks.h"
 
 namespace inductor_lamb::cpu {
 
@@ -24,23 +25,11 @@ void lamb16_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList
                      at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
                      double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
                      const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const ArgChecker chk("lamb16_step_");
-  const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<StateList> states{{"exp_avgs", exp_avgs, at::kFloat8_e4m3fn},
-                                {"exp_avg_sqs", exp_avg_sqs, at::kFloat8_e5m2}};
-  if (has_master) states.push_back({"master_params", *master_params});
-  check_lists(chk, params, grads, states, cpu);
-  check_scalars(chk, "exp_avg_scales", exp_avg_scales, n, cpu);
-  check_scalars(chk, "exp_avg_sq_scales", exp_avg_sq_scales, n, cpu);
-  check_steps(chk, steps, n, cpu);
-  chk.step_scalars(lr, grad_scale, found_inf, cpu);
-  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
-  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(trust_scale, "trust_scale", 0.0, INFINITY, false);
+  const auto states = check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
+                                        lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale, found_inf,
+                                        master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
 
   TensorRows rows(params, grads, states);

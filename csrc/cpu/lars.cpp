@@ -6,6 +6,7 @@
 
 #include "cpu/engine.h"
 #include "cpu/lars.h"
+#include "cpu/op_checks.h"
 
 namespace inductor_lamb::cpu {
 
@@ -13,35 +14,16 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LarsKernels, lars_kernels)
 
 namespace {
 
-// A per-parameter option given as one value (all params) or one per param.
-template <typename List, typename V>
-V per_param(const List& values, size_t i, V if_empty) {
-  if (values.size() == 0) return if_empty;
-  return values.size() == 1 ? V(values[0]) : V(values[i]);
-}
 
 void lars_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
                    const at::Tensor& lr, double momentum, double lars_coeff, double eps, double rescale_grad,
                    c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                    std::optional<at::TensorList> master_params) {
-  const ArgChecker chk("lars_step_");
-  const at::Device cpu(at::kCPU);
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  std::vector<StateList> floats{{"momentum_buffers", momentum_buffers}};
-  if (has_master) floats.push_back({"master_params", *master_params});
-  check_lists(chk, params, grads, floats, cpu);
-  chk.step_scalars(lr, grad_scale, found_inf, cpu);
-  TORCH_CHECK(weight_decay.size() == 1 || weight_decay.size() == n, "lars_step_: weight_decay has ",
-              weight_decay.size(), " values; expected 1 or one per param (", n, ")");
-  for (size_t i = 0; i < weight_decay.size(); ++i)
-    TORCH_CHECK(weight_decay[i] >= 0, "lars_step_: weight_decay[", i, "] is ", weight_decay[i], ", expected >= 0");
-  TORCH_CHECK(layer_adaptation.size() <= 1 || layer_adaptation.size() == n, "lars_step_: layer_adaptation has ",
-              layer_adaptation.size(), " values; expected 0, 1 or one per param (", n, ")");
-  chk.in_range(momentum, "momentum", 0.0, INFINITY, false);
-  chk.in_range(lars_coeff, "lars_coeff", 0.0, INFINITY, false);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  const auto floats = check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
+                                      layer_adaptation, grad_scale, found_inf, master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
 
   TensorRows rows(params, grads, floats);

@@ -21,13 +21,12 @@
 #include <vector>
 
 #include "cpu/engine.h"
+#include "cpu/op_checks.h"
 #include "cuda/launch.h"
 
 namespace inductor_lamb::cuda {
 namespace {
 
-using cpu::ArgChecker;
-using cpu::StateList;
 using cpu::TensorRows;
 
 // ---- the device-side tensor table ------------------------------------------------
@@ -141,20 +140,11 @@ void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     bool trust_clip, double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
                     const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const char* op = "lamb_step_";
-  const ArgChecker chk(op);
   const at::Device device = device_of(params);
   const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
-  std::vector<StateList> lists{{"exp_avgs", exp_avgs}, {"exp_avg_sqs", exp_avg_sqs}};
-  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
-  cpu::check_lists(chk, params, grads, lists, device);
-  cpu::check_steps(chk, steps, n, device);
-  chk.step_scalars(lr, grad_scale, found_inf, device);
-  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
-  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(max_grad_norm, "max_grad_norm", 0.0, INFINITY, false);
+  const auto lists = cpu::check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
+                                          weight_decay, max_grad_norm, grad_scale, found_inf, master_params, device);
   if (n == 0) return;
 
   TensorRows rows(params, grads, lists);
@@ -176,22 +166,12 @@ void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLis
                       double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const char* op = "lamb16_step_";
-  const ArgChecker chk(op);
   const at::Device device = device_of(params);
   const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
-  std::vector<StateList> lists{{"exp_avgs", exp_avgs, at::kFloat8_e4m3fn}, {"exp_avg_sqs", exp_avg_sqs, at::kFloat8_e5m2}};
-  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
-  cpu::check_lists(chk, params, grads, lists, device);
-  cpu::check_scalars(chk, "exp_avg_scales", exp_avg_scales, n, device);
-  cpu::check_scalars(chk, "exp_avg_sq_scales", exp_avg_sq_scales, n, device);
-  cpu::check_steps(chk, steps, n, device);
-  chk.step_scalars(lr, grad_scale, found_inf, device);
-  chk.in_range(beta1, "beta1", 0.0, 1.0, true);
-  chk.in_range(beta2, "beta2", 0.0, 1.0, true);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(trust_scale, "trust_scale", 0.0, INFINITY, false);
+  const auto lists = cpu::check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales,
+                                            steps, lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale,
+                                            found_inf, master_params, device);
   if (n == 0) return;
 
   TensorRows rows(params, grads, lists);
@@ -214,32 +194,19 @@ void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                     std::optional<at::TensorList> master_params) {
   const char* op = "lars_step_";
-  const ArgChecker chk(op);
   const at::Device device = device_of(params);
   const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
-  std::vector<StateList> lists{{"momentum_buffers", momentum_buffers}};
-  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
-  cpu::check_lists(chk, params, grads, lists, device);
-  chk.step_scalars(lr, grad_scale, found_inf, device);
-  TORCH_CHECK(weight_decay.size() == 1 || weight_decay.size() == n, op, ": weight_decay has ", weight_decay.size(),
-              " values; expected 1 or one per param (", n, ")");
-  for (size_t i = 0; i < weight_decay.size(); ++i)
-    TORCH_CHECK(weight_decay[i] >= 0, op, ": weight_decay[", i, "] is ", weight_decay[i], ", expected >= 0");
-  TORCH_CHECK(layer_adaptation.size() <= 1 || layer_adaptation.size() == n, op, ": layer_adaptation has ",
-              layer_adaptation.size(), " values; expected 0, 1 or one per param (", n, ")");
-  chk.in_range(momentum, "momentum", 0.0, INFINITY, false);
-  chk.in_range(lars_coeff, "lars_coeff", 0.0, INFINITY, false);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
+                                          layer_adaptation, grad_scale, found_inf, master_params, device);
   if (n == 0) return;
 
   TensorRows rows(params, grads, lists);
   std::vector<TensorMeta> tensors(n);
   for (size_t i = 0; i < n; ++i) {
     tensors[i] = row(rows, i, 0, -1, master_params.has_value() ? 1 : -1);
-    tensors[i].option[0] = float(weight_decay.size() == 1 ? weight_decay[0] : weight_decay[i]);
-    const bool adapt = layer_adaptation.size() == 0 ? true : layer_adaptation.get(layer_adaptation.size() == 1 ? 0 : i);
-    tensors[i].option[1] = adapt ? 1.f : 0.f;
+    tensors[i].option[0] = float(cpu::per_param(weight_decay, i, 0.0));
+    tensors[i].option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
   }
   auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
   const LarsHyper h{momentum, lars_coeff, eps, rescale_grad};
@@ -252,18 +219,11 @@ void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLi
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        std::optional<at::TensorList> master_params) {
   const char* op = "adagrad_step_";
-  const ArgChecker chk(op);
   const at::Device device = device_of(params);
   const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
-  std::vector<StateList> lists{{"state_sums", state_sums}};
-  if (master_params.has_value()) lists.push_back({"master_params", *master_params});
-  cpu::check_lists(chk, params, grads, lists, device);
-  cpu::check_steps(chk, steps, n, device);
-  chk.step_scalars(lr, grad_scale, found_inf, device);
-  chk.in_range(lr_decay, "lr_decay", 0.0, INFINITY, false);
-  chk.in_range(weight_decay, "weight_decay", 0.0, INFINITY, false);
-  chk.in_range(eps, "eps", 0.0, INFINITY, false);
+  const auto lists = cpu::check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
+                                             grad_scale, found_inf, master_params, device);
   if (n == 0) return;
 
   TensorRows rows(params, grads, lists);
