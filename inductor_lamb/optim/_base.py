@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["FusedOptimizer", "as_lr_tensor"]
+__all__ = ["FusedOptimizer", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -33,6 +33,21 @@ def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu") -> Tens
     if not lr >= 0.0:
         raise ValueError(f"Invalid learning rate: {lr}")
     return torch.tensor(lr, dtype=torch.float32, device=device)
+
+
+def check_betas(betas: tuple[float, float]) -> None:
+    """torch.optim's check and message for Adam-style betas."""
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def check_nonnegative(**values: float) -> None:
+    """Raises torch.optim's ``Invalid <name> value`` for a negative hyper-parameter."""
+    names = {"eps": "epsilon"}
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
 def _group_device(group: dict[str, Any]) -> torch.device:

@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer
+from ._base import FusedOptimizer, check_nonnegative
 
 __all__ = ["Adagrad"]
 
@@ -49,14 +49,8 @@ class Adagrad(FusedOptimizer):
         maximize: bool = False,
         master_weights: bool = False,
     ) -> None:
-        if not 0.0 <= lr_decay:
-            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= initial_accumulator_value:
-            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        check_nonnegative(lr_decay=lr_decay, weight_decay=weight_decay,
+                          initial_accumulator_value=initial_accumulator_value, eps=eps)
         defaults = dict(
             lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize,

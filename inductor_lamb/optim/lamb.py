@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer
+from ._base import FusedOptimizer, check_betas, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -62,16 +62,8 @@ class Lamb(FusedOptimizer):
         max_grad_norm: float = 0.0,
         master_weights: bool = False,
     ) -> None:
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= max_grad_norm:
-            raise ValueError(f"Invalid max_grad_norm value: {max_grad_norm}")
+        check_betas(betas)
+        check_nonnegative(eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,

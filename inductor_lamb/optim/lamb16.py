@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer
+from ._base import FusedOptimizer, check_betas, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -59,16 +59,8 @@ class Lamb16(FusedOptimizer):
         *,
         master_weights: bool = False,
     ) -> None:
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= trust_scale:
-            raise ValueError(f"Invalid trust_scale value: {trust_scale}")
+        check_betas(betas)
+        check_nonnegative(eps=eps, weight_decay=weight_decay, trust_scale=trust_scale)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_scale=trust_scale,
             master_weights=master_weights,

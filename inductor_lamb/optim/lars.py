@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer
+from ._base import FusedOptimizer, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -80,14 +80,7 @@ class Lars(FusedOptimizer):
         rescale_grad: float = 1.0,
         master_weights: bool = False,
     ) -> None:
-        if not 0.0 <= momentum:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= lars_coeff:
-            raise ValueError(f"Invalid lars_coeff value: {lars_coeff}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        check_nonnegative(momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps)
         self._no_decay = _matcher(exclude_from_weight_decay, "exclude_from_weight_decay")
         self._no_adapt = _matcher(exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
         self._excludes = exclude_from_weight_decay is not None or exclude_from_layer_adaptation is not None
