@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "cpu/types.h"
@@ -78,7 +79,18 @@ struct Fp8Codec<c10::Float8_e4m3fn> {
   static float to_float(uint8_t x) { return c10::detail::fp8e4m3fn_to_fp32_value(x); }
   static uint8_t from_float(float x) { return c10::detail::fp8e4m3fn_from_fp32_value(x); }
 #if defined(CPU_CAPABILITY_AVX512)
-  static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e4m3_fp32(x, o); }
+  // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
+  // and branches): S EEEE MMM placed as float16 S 0EEEE MMM0000000 is the same
+  // value times 2^-8, subnormals included; 0x7F / 0xFF (NaN) are patched back.
+  static void to_float(const __m128i& x, __m512& o) {
+    const __m256i h = _mm256_cvtepu8_epi16(x);
+    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+    const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))),
+                                   _mm512_set1_ps(256.f));
+    o = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
+                           _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+  }
   static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e4m3(x); }
 #endif
 };
