@@ -299,3 +299,25 @@ def test_every_float8_code_round_trips(cap):
         stored = lists[2][0] if dtype == E4M3 else lists[3][0]
         # (values, not bits: -0 comes back as +0, since m = -0 + (1 - beta1) * 0)
         assert torch.equal(stored.float(), codes.float()), (stored.float() != codes.float()).nonzero()
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+def test_float8_encoding_matches_torch_conversion(cap):
+    """From zero state, m = (1 - beta1) g and v = (1 - beta2) g^2 exactly as float32
+    computes them: the stored codes must equal torch's own (round to nearest even)
+    conversion of clamp(x / scale), bit for bit, over a million heavy-tailed values."""
+    if cap == "default":
+        inductor_lamb.set_cpu_capability("default")
+    gen = torch.Generator().manual_seed(21)
+    n = 1_000_003
+    g = (torch.randn(n, generator=gen, dtype=torch.float64)
+         * torch.exp(torch.randn(n, generator=gen, dtype=torch.float64) * 2)).float()
+    lists = make([(n,)], seed=22, fresh=True)
+    lists[1] = [g]
+    op(lists, 0.0)
+    m = g * torch.tensor(1 - 0.9, dtype=torch.float32)
+    v = (g * g) * torch.tensor(1 - 0.999, dtype=torch.float32)
+    sm, sv = reference.fp8_scale(m, E4M3), reference.fp8_scale(v, E5M2)
+    assert lists[4][0].item() == sm.item() and lists[5][0].item() == sv.item()
+    assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3))
+    assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2))
