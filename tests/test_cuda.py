@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import MIXED_SHAPES, assert_tensor_close, clone_lists, equal, noncontiguous_like
 from test_compile import OP_CASES, CountingBackend, batches, make_model, op_args, train_step
+from test_lamb16_op import assert_params_close
 
 import inductor_lamb
 from inductor_lamb import Lamb, Lamb16, Lars, reference
@@ -36,8 +37,14 @@ def run(name, args, kwargs, lrs, device):
         getattr(torch.ops.lamb, name)(*args, torch.tensor(lr, device=device), **kwargs)
 
 
-def assert_lists_close(a_lists, b_lists, rtol=1e-5, atol=1e-6):
+def assert_lists_close(a_lists, b_lists, rtol=1e-5, atol=1e-6, float8_state=False):
+    """Lists equal to float32 rounding. With float8 state (LAMB16), a code may round the
+    other way after a one-ulp difference upstream (nvcc contracts to FMA), which moves
+    its param slightly at the next step: params then get assert_params_close's allowance."""
     for i, (a, b) in enumerate(zip(a_lists, b_lists)):
+        if float8_state and i == 0:
+            assert_params_close([x.cpu() for x in a], [y.cpu() for y in b], rtol=rtol, atol=atol)
+            continue
         for j, (x, y) in enumerate(zip(a, b)):
             assert_tensor_close(x.cpu(), y.cpu(), rtol=rtol, atol=atol, msg=lambda m: f"list {i}[{j}]: {m}")
 
@@ -49,7 +56,7 @@ def test_matches_cpu_kernel(case):
     c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
     run(name, args, kwargs, LRS, "cpu")
     run(name, c_args, c_kwargs, LRS, "cuda")
-    assert_lists_close(c_args, args)
+    assert_lists_close(c_args, args, float8_state=name == "lamb16_step_")
 
 
 @pytest.mark.parametrize("case", ["lamb_all_options", "lamb16_all_options"])
@@ -86,7 +93,7 @@ def test_low_precision_with_master(case, dtype):
     c_args, c_kwargs = to(clone_lists(args), "cuda"), to({**kwargs, "master_params": clone_lists([kwargs["master_params"]])[0]}, "cuda")
     run(name, args, kwargs, LRS[:2], "cpu")
     run(name, c_args, c_kwargs, LRS[:2], "cuda")
-    assert_lists_close([c_kwargs["master_params"]], [kwargs["master_params"]])
+    assert_lists_close([c_kwargs["master_params"]], [kwargs["master_params"]], float8_state=name == "lamb16_step_")
     for p, m in zip(c_args[0], c_kwargs["master_params"]):
         assert torch.equal(p, m.to(dtype))
 

@@ -8,7 +8,7 @@
 namespace inductor_lamb::cuda {
 namespace {
 
-constexpr float kE4M3Max = 448.f, kE5M2Max = 57344.f;
+constexpr float kE4M3Max = 448.f, kE5M2Max = 57344.f;  // largest finite values
 enum { kBeta1Scale = 0, kBeta2Scale = 1, kStepSize = 2, kInvMScale = 3, kInvVScale = 4 };
 
 __device__ __forceinline__ float from_e4m3(const void* p, int64_t i) {
@@ -17,12 +17,13 @@ __device__ __forceinline__ float from_e4m3(const void* p, int64_t i) {
 __device__ __forceinline__ float from_e5m2(const void* p, int64_t i) {
   return float(static_cast<const __nv_fp8_e5m2*>(p)[i]);
 }
-// Round to nearest even, saturating (the CPU kernel clamps, then rounds: the same value).
+// Round to nearest even; __NV_SATFINITE saturates to the largest finite value
+// and keeps NaN (the CPU kernel's clamp-then-round gives the same codes).
 __device__ __forceinline__ void to_e4m3(void* p, int64_t i, float x) {
-  static_cast<__nv_fp8_e4m3*>(p)[i].__x = __nv_cvt_float_to_fp8(fminf(fmaxf(x, -kE4M3Max), kE4M3Max), __NV_SATFINITE, __NV_E4M3);
+  static_cast<__nv_fp8_e4m3*>(p)[i].__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }
 __device__ __forceinline__ void to_e5m2(void* p, int64_t i, float x) {
-  static_cast<__nv_fp8_e5m2*>(p)[i].__x = __nv_cvt_float_to_fp8(fminf(x, kE5M2Max), __NV_SATFINITE, __NV_E5M2);
+  static_cast<__nv_fp8_e5m2*>(p)[i].__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
 }
 
 struct Lamb16Math {

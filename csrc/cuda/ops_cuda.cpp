@@ -45,7 +45,9 @@ class TableCache {
       if (entries_.size() >= kMaxEntries) evict();
       at::Tensor host = at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
       std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
-      it = entries_.emplace(key, Entry{host.to(device, /*non_blocking=*/true), false}).first;
+      // A blocking copy, once per distinct list: the table is then complete for
+      // kernels on any stream (steady-state steps hit the cache and copy nothing).
+      it = entries_.emplace(key, Entry{host.to(device), false}).first;
     }
     // A captured graph keeps the raw pointer: such entries are never evicted.
     if (capturing) it->second.captured = true;
@@ -141,11 +143,11 @@ void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const char* op = "lamb_step_";
   const at::Device device = device_of(params);
-  const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
   const auto lists = cpu::check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
                                           weight_decay, max_grad_norm, grad_scale, found_inf, master_params, device);
   if (n == 0) return;
+  const c10::cuda::CUDAGuard guard(device);
 
   TensorRows rows(params, grads, lists);
   std::vector<TensorMeta> tensors(n);
@@ -167,12 +169,12 @@ void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLis
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const char* op = "lamb16_step_";
   const at::Device device = device_of(params);
-  const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
   const auto lists = cpu::check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales,
                                             steps, lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale,
                                             found_inf, master_params, device);
   if (n == 0) return;
+  const c10::cuda::CUDAGuard guard(device);
 
   TensorRows rows(params, grads, lists);
   std::vector<TensorMeta> tensors(n);
@@ -195,11 +197,11 @@ void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     std::optional<at::TensorList> master_params) {
   const char* op = "lars_step_";
   const at::Device device = device_of(params);
-  const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
   const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
                                           layer_adaptation, grad_scale, found_inf, master_params, device);
   if (n == 0) return;
+  const c10::cuda::CUDAGuard guard(device);
 
   TensorRows rows(params, grads, lists);
   std::vector<TensorMeta> tensors(n);
@@ -220,11 +222,11 @@ void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLi
                        std::optional<at::TensorList> master_params) {
   const char* op = "adagrad_step_";
   const at::Device device = device_of(params);
-  const c10::cuda::CUDAGuard guard(device);
   const size_t n = params.size();
   const auto lists = cpu::check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
                                              grad_scale, found_inf, master_params, device);
   if (n == 0) return;
+  const c10::cuda::CUDAGuard guard(device);
 
   TensorRows rows(params, grads, lists);
   std::vector<TensorMeta> tensors(n);
