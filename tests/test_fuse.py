@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import inductor_lamb
-from inductor_lamb import Lamb, Lars, fuse_optimizer
+from inductor_lamb import Lamb, Lamb16, Lars, fuse_optimizer
 
 
 class BertAdam(torch.optim.Optimizer):
@@ -64,6 +64,7 @@ OPTIMIZERS = {
     "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.5),
     "bertadam": lambda ps: BertAdam(ps, lr=1e-2),
     "lamb": lambda ps: Lamb(ps, lr=1e-2),
+    "lamb16": lambda ps: Lamb16(ps, lr=1e-2, weight_decay=0.01),
     "lars": lambda ps: Lars(ps, lr=0.5, weight_decay=1e-3),
 }
 
