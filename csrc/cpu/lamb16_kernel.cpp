@@ -58,7 +58,7 @@ void pass1(const Lamb16Args& args) {
       m_max.add(r.m, n);
       v_max.add(r.v, n);
     });
-    const int64_t ci = &c - args.chunks.data;
+    const int64_t ci = &c - args.chunks.data;  // c is an element of the chunk array
     args.sums[2 * ci] = p_sq.value();
     args.sums[2 * ci + 1] = u_sq.value();
     args.maxes[2 * ci] = m_max.value();
