@@ -15,8 +15,7 @@ __global__ void grad_sumsq_kernel(Launch l) {
     const float g = load(c.t.grad, c.t.dtype, i) * mul;
     s += g * g;
   }
-  s = block_reduce<SumOp>(s);
-  if (threadIdx.x == 0) l.partials[blockIdx.x * kPartials + kClipSlot] = s;
+  write_partial(l, kClipSlot, s);
 }
 
 // One block: strided sums in double, then a fixed-order block reduction.

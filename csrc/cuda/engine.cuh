@@ -79,6 +79,13 @@ __device__ __forceinline__ T block_reduce(T v) {
   return v;
 }
 
+// Partial j of this block's chunk: `v` reduced over the block with Op (one value per thread).
+template <typename Op = SumOp>
+__device__ __forceinline__ void write_partial(const Launch& l, int j, float v) {
+  v = block_reduce<Op>(v);
+  if (threadIdx.x == 0) l.partials[blockIdx.x * kPartials + j] = v;
+}
+
 // The chunk of this block: its tensor and element range.
 struct BlockChunk {
   const TensorMeta& t;

@@ -46,12 +46,8 @@ __global__ void pass1(Launch l, LambHyper h, bool clipped) {
     p_sq += p * p;
     u_sq += u * u;
   }
-  p_sq = block_reduce<SumOp>(p_sq);
-  u_sq = block_reduce<SumOp>(u_sq);
-  if (threadIdx.x == 0) {
-    l.partials[blockIdx.x * kPartials + 0] = p_sq;
-    l.partials[blockIdx.x * kPartials + 1] = u_sq;
-  }
+  write_partial(l, 0, p_sq);
+  write_partial(l, 1, u_sq);
 }
 
 __global__ void reduce(Launch l, LambHyper h) {

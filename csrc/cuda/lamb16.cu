@@ -57,17 +57,10 @@ __global__ void pass1(Launch l, Lamb16Hyper h) {
     m_max = nan_max(m_max, fabsf(m));
     v_max = nan_max(v_max, v);
   }
-  p_sq = block_reduce<SumOp>(p_sq);
-  u_sq = block_reduce<SumOp>(u_sq);
-  m_max = block_reduce<MaxOp>(m_max);
-  v_max = block_reduce<MaxOp>(v_max);
-  if (threadIdx.x == 0) {
-    float* out = l.partials + blockIdx.x * kPartials;
-    out[0] = p_sq;
-    out[1] = u_sq;
-    out[2] = m_max;
-    out[3] = v_max;
-  }
+  write_partial(l, 0, p_sq);
+  write_partial(l, 1, u_sq);
+  write_partial<MaxOp>(l, 2, m_max);
+  write_partial<MaxOp>(l, 3, v_max);
 }
 
 __device__ __forceinline__ float new_scale(float amax, float fp8_max) { return fmaxf(amax / fp8_max, 1.17549435e-38f); }

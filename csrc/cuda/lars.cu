@@ -24,12 +24,8 @@ __global__ void norms(Launch l, LarsHyper h) {
     p_sq += p * p;
     g_sq += g * g;
   }
-  p_sq = block_reduce<SumOp>(p_sq);
-  g_sq = block_reduce<SumOp>(g_sq);
-  if (threadIdx.x == 0) {
-    l.partials[blockIdx.x * kPartials + 0] = p_sq;
-    l.partials[blockIdx.x * kPartials + 1] = g_sq;
-  }
+  write_partial(l, 0, p_sq);
+  write_partial(l, 1, g_sq);
 }
 
 __global__ void reduce(Launch l, LarsHyper h) {
