@@ -143,7 +143,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds of repeats per row")
-    ap.add_argument("--ops", nargs="+", default=["lamb"], choices=["lamb", "lars", "adagrad"])
+    ap.add_argument("--ops", nargs="+", default=["lamb"], choices=["lamb", "lamb16", "lars", "adagrad"])
     ap.add_argument("--params", nargs="+", type=int, default=[20, 100])
     ap.add_argument("--totals", nargs="+", type=int, default=[400_000, 16_000_000],
                     help="total elements: cache-resident and DRAM-sized by default")
