@@ -119,17 +119,34 @@ void check_launch(int err, const char* op) {
   TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-// The meta row of list index i: param, grad, master and up to two state lists (k0, k1).
-TensorMeta row(const TensorRows& rows, size_t i, int k0, int k1, int master_k) {
-  TensorMeta t{};
-  t.param = rows.param(i);
-  t.grad = rows.grad(i);
-  t.state[0] = k0 >= 0 ? rows.state(i, k0) : nullptr;
-  t.state[1] = k1 >= 0 ? rows.state(i, k1) : nullptr;
-  t.master = master_k >= 0 ? rows.floats(i, master_k) : nullptr;
-  t.numel = rows.numels()[i];
-  t.dtype = static_cast<int32_t>(rows.dtypes()[i]);
-  return t;
+// Everything an op does once its arguments are checked: device guard, layouts
+// (TensorRows), the tensor table, workspace, launch and write-back. `num_states`
+// state lists come first in `lists`, then master params when `has_master`;
+// fill(i, meta) adds the op's own per-tensor pointers and options, launch(l)
+// calls its extern "C" launcher.
+template <typename Fill, typename LaunchFn>
+void run_step(const char* op, at::TensorList params, at::TensorList grads, const std::vector<cpu::StateList>& lists,
+              int num_states, bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
+              const std::optional<at::Tensor>& found_inf, const Fill& fill, const LaunchFn& launch) {
+  if (params.empty()) return;
+  const at::Device device = params[0].device();
+  const c10::cuda::CUDAGuard guard(device);
+  TensorRows rows(params, grads, lists);
+  std::vector<TensorMeta> tensors(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    TensorMeta& t = tensors[i];
+    t = TensorMeta{};
+    t.param = rows.param(i);
+    t.grad = rows.grad(i);
+    for (int k = 0; k < num_states; ++k) t.state[k] = rows.state(i, k);
+    t.master = has_master ? rows.floats(i, num_states) : nullptr;
+    t.numel = rows.numels()[i];
+    t.dtype = static_cast<int32_t>(rows.dtypes()[i]);
+    fill(i, t);
+  }
+  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+  check_launch(launch(prepared.launch), op);
+  rows.commit();
 }
 
 at::Device device_of(at::TensorList params) { return params.empty() ? at::Device(at::kCUDA) : params[0].device(); }
@@ -141,25 +158,14 @@ void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     double weight_decay, bool bias_correction, bool grad_averaging, bool always_adapt,
                     bool trust_clip, double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
                     const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const char* op = "lamb_step_";
-  const at::Device device = device_of(params);
-  const size_t n = params.size();
   const auto lists = cpu::check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
-                                          weight_decay, max_grad_norm, grad_scale, found_inf, master_params, device);
-  if (n == 0) return;
-  const c10::cuda::CUDAGuard guard(device);
-
-  TensorRows rows(params, grads, lists);
-  std::vector<TensorMeta> tensors(n);
-  for (size_t i = 0; i < n; ++i) {
-    tensors[i] = row(rows, i, 0, 1, master_params.has_value() ? 2 : -1);
-    tensors[i].step = steps[i].data_ptr<float>();
-  }
-  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+                                          weight_decay, max_grad_norm, grad_scale, found_inf, master_params,
+                                          device_of(params));
   const LambHyper h{beta1, beta2, eps, weight_decay, max_grad_norm, bias_correction, grad_averaging, always_adapt,
                     trust_clip};
-  check_launch(inductor_lamb_cuda_lamb_step(&prepared.launch, &h), op);
-  rows.commit();
+  run_step("lamb_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
+           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
+           [&](const Launch& l) { return inductor_lamb_cuda_lamb_step(&l, &h); });
 }
 
 void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
@@ -167,27 +173,17 @@ void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLis
                       at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
                       double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const char* op = "lamb16_step_";
-  const at::Device device = device_of(params);
-  const size_t n = params.size();
   const auto lists = cpu::check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales,
                                             steps, lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale,
-                                            found_inf, master_params, device);
-  if (n == 0) return;
-  const c10::cuda::CUDAGuard guard(device);
-
-  TensorRows rows(params, grads, lists);
-  std::vector<TensorMeta> tensors(n);
-  for (size_t i = 0; i < n; ++i) {
-    tensors[i] = row(rows, i, 0, 1, master_params.has_value() ? 2 : -1);
-    tensors[i].step = steps[i].data_ptr<float>();
-    tensors[i].scalar[0] = exp_avg_scales[i].data_ptr<float>();
-    tensors[i].scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
-  }
-  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+                                            found_inf, master_params, device_of(params));
   const Lamb16Hyper h{beta1, beta2, eps, weight_decay, trust_scale};
-  check_launch(inductor_lamb_cuda_lamb16_step(&prepared.launch, &h), op);
-  rows.commit();
+  run_step("lamb16_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
+           [&](size_t i, TensorMeta& t) {
+             t.step = steps[i].data_ptr<float>();
+             t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
+             t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
+           },
+           [&](const Launch& l) { return inductor_lamb_cuda_lamb16_step(&l, &h); });
 }
 
 void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
@@ -195,49 +191,27 @@ void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
                     c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
                     const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                     std::optional<at::TensorList> master_params) {
-  const char* op = "lars_step_";
-  const at::Device device = device_of(params);
-  const size_t n = params.size();
   const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
-                                          layer_adaptation, grad_scale, found_inf, master_params, device);
-  if (n == 0) return;
-  const c10::cuda::CUDAGuard guard(device);
-
-  TensorRows rows(params, grads, lists);
-  std::vector<TensorMeta> tensors(n);
-  for (size_t i = 0; i < n; ++i) {
-    tensors[i] = row(rows, i, 0, -1, master_params.has_value() ? 1 : -1);
-    tensors[i].option[0] = float(cpu::per_param(weight_decay, i, 0.0));
-    tensors[i].option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
-  }
-  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+                                          layer_adaptation, grad_scale, found_inf, master_params, device_of(params));
   const LarsHyper h{momentum, lars_coeff, eps, rescale_grad};
-  check_launch(inductor_lamb_cuda_lars_step(&prepared.launch, &h), op);
-  rows.commit();
+  run_step("lars_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
+           [&](size_t i, TensorMeta& t) {
+             t.option[0] = float(cpu::per_param(weight_decay, i, 0.0));
+             t.option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
+           },
+           [&](const Launch& l) { return inductor_lamb_cuda_lars_step(&l, &h); });
 }
 
 void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps,
                        const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        std::optional<at::TensorList> master_params) {
-  const char* op = "adagrad_step_";
-  const at::Device device = device_of(params);
-  const size_t n = params.size();
   const auto lists = cpu::check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
-                                             grad_scale, found_inf, master_params, device);
-  if (n == 0) return;
-  const c10::cuda::CUDAGuard guard(device);
-
-  TensorRows rows(params, grads, lists);
-  std::vector<TensorMeta> tensors(n);
-  for (size_t i = 0; i < n; ++i) {
-    tensors[i] = row(rows, i, 0, -1, master_params.has_value() ? 1 : -1);
-    tensors[i].step = steps[i].data_ptr<float>();
-  }
-  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
+                                             grad_scale, found_inf, master_params, device_of(params));
   const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
-  check_launch(inductor_lamb_cuda_adagrad_step(&prepared.launch, &h), op);
-  rows.commit();
+  run_step("adagrad_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
+           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
+           [&](const Launch& l) { return inductor_lamb_cuda_adagrad_step(&l, &h); });
 }
 
 }  // namespace
