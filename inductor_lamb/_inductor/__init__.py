@@ -45,7 +45,7 @@ import torch
 __all__ = ["LOWERING_VERSION", "CacheKeyPass", "compile_path", "set_compile_path", "install"]
 
 # Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
-LOWERING_VERSION = "2"
+LOWERING_VERSION = "3"
 
 PATHS = ("lowering", "decomposition", "external")
 
@@ -80,12 +80,72 @@ def _install_lowering() -> None:
         op = getattr(torch.ops.lamb, name).default
 
         def lowering(*args: Any, _op=op, _step=step, **kwargs: Any) -> tuple[()]:
+            _mark_graph()
             _step(IRBackend(), **bind(_op, args, kwargs))
             return ()
 
         register_lowering(op, type_promotion_kind=None)(lowering)
         _state["lowered"].append(op)
         assert op in lowerings
+    _lift_arg_cap_for_our_graphs()
+
+
+# ---- one generated function per step on CPU ------------------------------------------
+#
+# Inductor's C++ scheduler starts a new function once the current one has 500
+# arguments (``CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM``, a class constant guarding
+# ctypes' 1024-argument limit). A step passes ~12 buffers per param (p, g, m, v,
+# step and 0-d per-tensor scalars), so it would split every ~40 params. CPU kernels
+# are called through ``cpp_pybinding`` (arguments in a Python tuple, no ctypes) or
+# from C++ (cpp_wrapper / AOTInductor), where the limit does not apply, so while
+# Inductor generates code for a graph that contains one of our ops the cap is
+# lifted; every other graph still reads Inductor's own value.
+
+_GRAPH_FLAG = "_inductor_lamb_lowered"
+
+
+class _ArgCap:
+    """Stands in for ``CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM``: Inductor's own
+    value, or no cap while the graph being compiled contains a lowered step."""
+
+    def __init__(self, default: int) -> None:
+        self.default = default
+
+    def __get__(self, obj: Any, owner: Any = None) -> int | float:
+        from torch._inductor.virtualized import V
+
+        try:
+            lifted = getattr(V.graph, _GRAPH_FLAG, False)
+        except Exception:  # noqa: BLE001  (no graph being compiled)
+            lifted = False
+        return float("inf") if lifted else self.default
+
+
+def _lift_arg_cap_for_our_graphs() -> None:
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    current = CppScheduling.__dict__.get("MAX_FUSED_KERNEL_ARGS_NUM")
+    if isinstance(current, _ArgCap):
+        return
+    if not isinstance(current, int):
+        # Inductor changed: keep its behaviour (a step may span several functions).
+        return
+    _state["arg_cap"] = current
+    CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM = _ArgCap(current)
+
+
+def _restore_arg_cap() -> None:
+    if _state.get("arg_cap") is None:
+        return
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM = _state.pop("arg_cap")
+
+
+def _mark_graph() -> None:
+    from torch._inductor.virtualized import V
+
+    setattr(V.graph, _GRAPH_FLAG, True)
 
 
 def _install_decomposition() -> None:
@@ -113,6 +173,10 @@ def _uninstall() -> None:
     for op in _state["lowered"]:
         lowerings.pop(op, None)
     _state["lowered"] = []
+    try:
+        _restore_arg_cap()
+    except Exception:  # noqa: BLE001
+        pass
     if _state["library"] is not None:
         _state["library"]._destroy()
         _state["library"] = None
