@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -232,6 +233,24 @@ lamb_step_ x100: 1 kernel(s), 0 external lamb call(s)""")
         self.assertExpectedInline("\n".join(lines), """\
 decomposition: 1 kernel(s), 0 external lamb call(s)
 external: 0 kernel(s), 1 external lamb call(s)""")
+
+
+def test_cpp_wrapper_runs_the_uncapped_function():
+    """With Inductor's C++ wrapper (kernels called from C++, not through Python) a
+    48-param step (~580 buffers, past the 500-argument cap) is still one function and
+    matches the eager kernel."""
+    from torch._inductor import config
+
+    shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(48)]
+    name, args, kwargs = op_args("lamb", shapes=shapes)
+    c_args = clone_lists(args)
+    with config.patch(cpp_wrapper=True):
+        _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, c_args, torch.tensor(0.01), kwargs)
+    eager_call(name, args, torch.tensor(0.01), kwargs)
+    assert len(set(re.findall(r"cpp_fused_\w+", "\n".join(codes)))) == 1
+    for i, (a, b) in enumerate(zip(c_args, args)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_tensor_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m: f"list {i}[{j}]: {m}")
 
 
 # ---- training steps --------------------------------------------------------------------
