@@ -356,7 +356,7 @@ def test_compiled_model_and_compiled_opt_step(opt_name):
 
 
 def test_fallbacks_when_installing_fails(monkeypatch):
-    def broken():
+    def broken(name):
         raise AttributeError("lowerings moved")
 
     monkeypatch.setitem(lowering_mod._INSTALLERS, "lowering", broken)
@@ -379,6 +379,38 @@ def test_fallbacks_when_installing_fails(monkeypatch):
 def test_set_compile_path_validates():
     with pytest.raises(ValueError, match="unknown compile path"):
         inductor_lamb.set_compile_path("triton")
+    with pytest.raises(ValueError, match="unknown op 'lamb16'"):
+        inductor_lamb.set_compile_path("external", ops="lamb16")
+    assert inductor_lamb.compile_path() == "lowering"
+
+
+def test_per_op_paths():
+    """One op on the external call, the others lowered: each compiles its own way,
+    and the cache key follows."""
+    key = lowering_mod.CacheKeyPass().uuid()
+    assert inductor_lamb.set_compile_path("external", ops=["lamb16_step_"]) == "external"
+    assert inductor_lamb.compile_path("lamb16_step_") == "external"
+    assert inductor_lamb.compile_path("lamb_step_") == "lowering"
+    assert inductor_lamb.compile_path() == "mixed"
+    assert lowering_mod.CacheKeyPass().uuid() != key
+    assert code_summary("lamb16_step_", 4) == "0 kernel(s), 1 external lamb call(s)"
+    assert code_summary("lamb_step_", 4) == "1 kernel(s), 0 external lamb call(s)"
+    assert inductor_lamb.set_compile_path("lowering", ops="lamb16_step_") == "lowering"
+    assert inductor_lamb.compile_path() == "lowering" and lowering_mod.CacheKeyPass().uuid() == key
+
+
+def test_compile_path_environment_variable():
+    script = "import inductor_lamb as il; print(il.compile_path(), il.compile_path('lamb16_step_'), il.compile_path('lars_step_'))"
+
+    def run(value):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             env={**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": value})
+        return out.stdout.split(), out.stderr
+
+    assert run("lamb16_step_=external")[0] == ["mixed", "external", "lowering"]
+    assert run("decomposition, lamb16_step_=external")[0] == ["mixed", "external", "decomposition"]
+    paths, err = run("triton,lamb16_step_=external")
+    assert paths == ["mixed", "external", "lowering"] and "ignoring 'triton'" in err
 
 
 def test_import_never_fails_and_touches_one_config_entry():
@@ -443,11 +475,13 @@ def test_warm_fx_graph_cache_never_serves_code_of_another_path():
         assert counters["inductor"]["fxgraph_cache_hit"] == 0
         # Control: without the key pass the warm cache serves the stale external call.
         with config.patch(post_grad_custom_post_pass=None):
-            lowering_mod._uninstall()  # the external path, without re-adding the key pass
-            lowering_mod._state["path"] = "external"
+            for op in lowering_mod.OPS:  # the external path, without re-adding the key pass
+                lowering_mod._uninstall(op)
+                lowering_mod._state["paths"][op] = "external"
             compiled_code()
-            lowering_mod._install_lowering()
-            lowering_mod._state["path"] = "lowering"
+            for op in lowering_mod.OPS:
+                lowering_mod._install_lowering(op)
+                lowering_mod._state["paths"][op] = "lowering"
             counters.clear()
             stale = compiled_code()
             assert counters["inductor"]["fxgraph_cache_hit"] >= 1 and "torch.ops.lamb.lamb_step_" in stale

@@ -18,14 +18,16 @@ Three paths, best first; :func:`compile_path` says which one is active:
 Both fused paths come from one description of each step (``lamb.py``,
 ``lamb16.py``, ``lars.py``, ``adagrad.py`` over the vocabulary of ``backends.py``).
 
-Installing never raises: a failure falls to the next path with one warning.
-``INDUCTOR_LAMB_COMPILE_PATH=decomposition|external`` forces a path at import,
-:func:`set_compile_path` at run time (call ``torch._dynamo.reset()`` after it).
+Each op has its own path. Installing never raises: a failure falls to the next
+path with one warning. ``INDUCTOR_LAMB_COMPILE_PATH`` sets paths at import (a
+path for every op, and/or ``op=path`` items, comma-separated, e.g.
+``lowering,lamb16_step_=external``), :func:`set_compile_path` at run time (call
+``torch._dynamo.reset()`` after it).
 
 Cache safety: lowerings and decompositions are not part of Inductor's FX graph
 cache key, so a warm cache could serve code compiled on another path or an
 older lowering. :class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid``
-carries :data:`LOWERING_VERSION`, a hash of this package's sources and the active path; installing appends it to
+carries :data:`LOWERING_VERSION`, a hash of this package's sources and the active paths; installing appends it to
 ``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
 user set there). That entry is the only Inductor config this package touches.
 """
@@ -48,8 +50,10 @@ __all__ = ["LOWERING_VERSION", "CacheKeyPass", "compile_path", "set_compile_path
 LOWERING_VERSION = "3"
 
 PATHS = ("lowering", "decomposition", "external")
+OPS = ("lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_")
 
-_state: dict[str, Any] = {"path": None, "library": None, "lowered": []}
+# Per op name: its active path, its lowered OpOverload, its decomposition's Library.
+_state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
 
 
 def _step_functions() -> dict[str, Callable[..., None]]:
@@ -62,31 +66,41 @@ def _step_functions() -> dict[str, Callable[..., None]]:
             "adagrad_step_": adagrad_step}
 
 
-def compile_path() -> str:
-    """The active path: ``"lowering"``, ``"decomposition"`` or ``"external"``."""
-    return _state["path"] or "external"
+def compile_path(op: str | None = None) -> str:
+    """The active path of ``op`` (``"lamb_step_"``, ``"lamb16_step_"``, ...):
+    ``"lowering"``, ``"decomposition"`` or ``"external"``. Without ``op``: the
+    path all ops share, or ``"mixed"`` when they differ."""
+    if op is not None:
+        return _state["paths"].get(_check_op(op), "external")
+    paths = {_state["paths"].get(name, "external") for name in OPS}
+    return paths.pop() if len(paths) == 1 else "mixed"
+
+
+def _check_op(op: str) -> str:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    return op
 
 
 # ---- the paths -------------------------------------------------------------------
 
 
-def _install_lowering() -> None:
+def _install_lowering(name: str) -> None:
     from torch._inductor.lowering import lowerings, register_lowering
 
     from ..ops import bind
     from .backends import IRBackend
 
-    for name, step in _step_functions().items():
-        op = getattr(torch.ops.lamb, name).default
+    op, step = getattr(torch.ops.lamb, name).default, _step_functions()[name]
 
-        def lowering(*args: Any, _op=op, _step=step, **kwargs: Any) -> tuple[()]:
-            _mark_graph()
-            _step(IRBackend(), **bind(_op, args, kwargs))
-            return ()
+    def lowering(*args: Any, **kwargs: Any) -> tuple[()]:
+        _mark_graph()
+        step(IRBackend(), **bind(op, args, kwargs))
+        return ()
 
-        register_lowering(op, type_promotion_kind=None)(lowering)
-        _state["lowered"].append(op)
-        assert op in lowerings
+    register_lowering(op, type_promotion_kind=None)(lowering)
+    _state["lowered"][name] = op
+    assert op in lowerings
     _lift_arg_cap_for_our_graphs()
 
 
@@ -150,86 +164,109 @@ def _mark_graph() -> None:
     setattr(V.graph, _GRAPH_FLAG, True)
 
 
-def _install_decomposition() -> None:
+def _install_decomposition(name: str) -> None:
     from ..ops import bind, check_fake
     from .backends import TorchBackend
 
+    op, step = getattr(torch.ops.lamb, name).default, _step_functions()[name]
+
+    def decomposition(*args: Any, **kwargs: Any) -> None:
+        a = bind(op, args, kwargs)
+        check_fake(name, a)  # same errors as the fake kernel, at trace time
+        step(TorchBackend(), **a)
+
     lib = torch.library.Library("lamb", "IMPL")
-    _state["library"] = lib
-    for name, step in _step_functions().items():
-        op = getattr(torch.ops.lamb, name).default
-
-        def decomposition(*args: Any, _op=op, _step=step, _name=name, **kwargs: Any) -> None:
-            a = bind(_op, args, kwargs)
-            check_fake(_name, a)  # same errors as the fake kernel, at trace time
-            _step(TorchBackend(), **a)
-
-        lib.impl(name, decomposition, "CompositeImplicitAutograd")
+    _state["libraries"][name] = lib
+    lib.impl(name, decomposition, "CompositeImplicitAutograd")
 
 
-def _uninstall() -> None:
-    try:
+def _uninstall(name: str) -> None:
+    op = _state["lowered"].pop(name, None)
+    if op is not None:
         from torch._inductor.lowering import lowerings
-    except Exception:  # noqa: BLE001  (nothing can have been installed)
-        lowerings = {}
-    for op in _state["lowered"]:
+
         lowerings.pop(op, None)
-    _state["lowered"] = []
-    try:
-        _restore_arg_cap()
-    except Exception:  # noqa: BLE001
-        pass
-    if _state["library"] is not None:
-        _state["library"]._destroy()
-        _state["library"] = None
-    _state["path"] = None
+    if not _state["lowered"]:
+        try:
+            _restore_arg_cap()
+        except Exception:  # noqa: BLE001
+            pass
+    lib = _state["libraries"].pop(name, None)
+    if lib is not None:
+        lib._destroy()
+    _state["paths"].pop(name, None)
 
 
 _INSTALLERS = {"lowering": _install_lowering, "decomposition": _install_decomposition}
 
 
-def set_compile_path(path: str = "lowering", *, warn: bool = True) -> str:
-    """Installs ``path`` (or the best path below it that installs) and returns the
-    active one. Graphs compiled before keep the code they were compiled with:
-    call ``torch._dynamo.reset()`` afterwards."""
+def set_compile_path(path: str = "lowering", *, ops: str | list[str] | tuple[str, ...] | None = None,
+                     warn: bool = True) -> str:
+    """Installs ``path`` for ``ops`` (op names such as ``"lamb16_step_"``; default
+    all), or for each op the best path below it that installs, and returns the
+    path those ops now share (``"mixed"`` if a fallback split them). Other ops keep
+    their path. Graphs compiled before keep the code they were compiled with: call
+    ``torch._dynamo.reset()`` afterwards."""
     if path not in PATHS:
         raise ValueError(f"unknown compile path {path!r}; expected one of {PATHS}")
-    _uninstall()
-    errors = []
-    for candidate in PATHS[PATHS.index(path):]:
-        if candidate == "external":
-            _state["path"] = "external"
-            break
-        try:
-            _INSTALLERS[candidate]()
-            _state["path"] = candidate
-            break
-        except Exception as e:  # noqa: BLE001  (moved internals: any error means "not available")
-            _uninstall()
-            errors.append(f"{candidate}: {type(e).__name__}: {e}")
+    names = list(OPS) if ops is None else [_check_op(o) for o in ([ops] if isinstance(ops, str) else ops)]
+    errors: dict[str, list[str]] = {}
+    for name in names:
+        _uninstall(name)
+        for candidate in PATHS[PATHS.index(path):]:
+            if candidate == "external":
+                _state["paths"][name] = "external"
+                break
+            try:
+                _INSTALLERS[candidate](name)
+                _state["paths"][name] = candidate
+                break
+            except Exception as e:  # noqa: BLE001  (moved internals: any error means "not available")
+                _uninstall(name)
+                errors.setdefault(f"{candidate}: {type(e).__name__}: {e}", []).append(name)
+    active = {compile_path(name) for name in names}
     if warn and errors:
+        reasons = "; ".join(f"{err} ({', '.join(n)})" for err, n in errors.items())
         warnings.warn(
-            f"inductor_lamb: torch.compile uses the {compile_path()!r} path for torch.ops.lamb ops "
-            f"({'; '.join(errors)}); compiled steps are slower than with the Inductor lowering.",
+            f"inductor_lamb: torch.compile uses the {active.pop() if len(active) == 1 else 'mixed'!r} path for "
+            f"{'torch.ops.lamb ops' if ops is None else ', '.join(names)} ({reasons}); compiled steps are slower "
+            "than with the Inductor lowering.",
             RuntimeWarning,
             stacklevel=2,
         )
     _install_cache_key_pass()
-    return compile_path()
+    active = {compile_path(name) for name in names}
+    return active.pop() if len(active) == 1 else "mixed"
+
+
+def _parse_env(value: str) -> list[tuple[str, str | None]]:
+    """``INDUCTOR_LAMB_COMPILE_PATH``: comma-separated ``path`` (every op) and
+    ``op=path`` items, applied in order; bad items are ignored with a warning."""
+    items: list[tuple[str, str | None]] = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        op, _, path = item.rpartition("=")
+        if path in PATHS and (not op or op in OPS):
+            items.append((path, op or None))
+        else:
+            warnings.warn(f"inductor_lamb: ignoring {item!r} in INDUCTOR_LAMB_COMPILE_PATH "
+                          f"(expected a path of {PATHS} or op=path with an op of {OPS})")
+    return items
 
 
 def install() -> str:
-    """Called once on import: the path named by ``INDUCTOR_LAMB_COMPILE_PATH``
-    (default ``lowering``), falling back as needed. Never raises."""
-    requested = os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", "lowering")
-    if requested not in PATHS:
-        warnings.warn(f"inductor_lamb: ignoring INDUCTOR_LAMB_COMPILE_PATH={requested!r} (expected one of {PATHS})")
-        requested = "lowering"
+    """Called once on import: the lowering for every op, then what
+    ``INDUCTOR_LAMB_COMPILE_PATH`` asks for, falling back as needed. Never raises."""
     try:
-        return set_compile_path(requested, warn=True)
+        items = _parse_env(os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", ""))
+        if not any(op is None for _, op in items):
+            items.insert(0, ("lowering", None))
+        for path, op in items:
+            set_compile_path(path, ops=op, warn=True)
+        return compile_path()
     except Exception as e:  # noqa: BLE001  (import must never fail)
         warnings.warn(f"inductor_lamb: could not set up torch.compile support ({e}); ops stay external calls")
-        _state["path"] = "external"
+        for name in OPS:
+            _state["paths"][name] = "external"
         return "external"
 
 
@@ -249,7 +286,8 @@ class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
         return None
 
     def uuid(self) -> str:
-        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{compile_path()}"
+        paths = ",".join(f"{name}={compile_path(name)}" for name in OPS)
+        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{paths}"
 
 
 @functools.lru_cache(maxsize=None)
