@@ -381,6 +381,8 @@ def test_set_compile_path_validates():
         inductor_lamb.set_compile_path("triton")
     with pytest.raises(ValueError, match="unknown op 'lamb16'"):
         inductor_lamb.set_compile_path("external", ops="lamb16")
+    with pytest.raises(ValueError, match="ops is empty"):
+        inductor_lamb.set_compile_path("external", ops=[])
     assert inductor_lamb.compile_path() == "lowering"
 
 

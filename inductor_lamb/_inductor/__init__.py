@@ -210,6 +210,8 @@ def set_compile_path(path: str = "lowering", *, ops: str | list[str] | tuple[str
     if path not in PATHS:
         raise ValueError(f"unknown compile path {path!r}; expected one of {PATHS}")
     names = list(OPS) if ops is None else [_check_op(o) for o in ([ops] if isinstance(ops, str) else ops)]
+    if not names:
+        raise ValueError(f"ops is empty; name ops of {OPS}, or pass None for all")
     errors: dict[str, list[str]] = {}
     for name in names:
         _uninstall(name)
