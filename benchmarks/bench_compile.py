@@ -49,7 +49,7 @@ def step_fn(kind: str) -> Callable[..., None]:
     op, kw = OURS[kind], KWARGS[kind]
 
     def step(state, lr):
-        op(*state, lr, **kw)
+        op(*state, lr=lr, **kw)
 
     return step
 
@@ -58,7 +58,7 @@ def reference_fn(kind: str) -> Callable[..., None]:
     ref, kw = REFERENCE[kind], KWARGS[kind]
 
     def step(state, lr):
-        ref(*state, lr, **kw)
+        ref(*state, lr=lr, **kw)
 
     return step
 

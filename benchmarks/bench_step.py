@@ -62,8 +62,8 @@ def torch_optimizer(cls, shapes, device="cpu", **kw):
     return cls(params, **kw).step
 
 
-OURS = {"lamb": torch.ops.lamb.lamb_step_, "lamb16": torch.ops.lamb.lamb16_step_, "lars": torch.ops.lamb.lars_step_,
-        "adagrad": torch.ops.lamb.adagrad_step_}
+OURS = {"lamb": inductor_lamb.ops.lamb_step_, "lamb16": inductor_lamb.ops.lamb16_step_,
+        "lars": inductor_lamb.ops.lars_step_, "adagrad": inductor_lamb.ops.adagrad_step_}
 REFERENCE = {"lamb": reference.lamb_step, "lamb16": reference.lamb16_step, "lars": reference.lars_step,
              "adagrad": reference.adagrad_step}
 KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
@@ -71,7 +71,7 @@ KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay":
 
 def lamb_op(shapes, device="cpu"):
     s, lr = make_state(shapes, kind="lamb", device=device), torch.tensor(1e-4, device=device)
-    return lambda: torch.ops.lamb.lamb_step_(*s, lr)
+    return lambda: inductor_lamb.ops.lamb_step_(*s, lr=lr)
 
 
 TWINS = {
@@ -91,12 +91,12 @@ def rows_for(kind, shapes) -> list[tuple[str, int, Callable[[], object]]]:
     kw = KWARGS[kind]
     rows = []
     s = make_state(shapes, kind=kind)
-    rows.append(("inductor_lamb op", BYTES_PER_PARAM[kind], lambda s=s: OURS[kind](*s, lr, **kw)))
+    rows.append(("inductor_lamb op", BYTES_PER_PARAM[kind], lambda s=s: OURS[kind](*s, lr=lr, **kw)))
     s = make_state(shapes, kind=kind)
-    rows.append(("plain torch reference (eager)", BYTES_PER_PARAM[kind], lambda s=s: REFERENCE[kind](*s, lr, **kw)))
+    rows.append(("plain torch reference (eager)", BYTES_PER_PARAM[kind], lambda s=s: REFERENCE[kind](*s, lr=lr, **kw)))
     s = make_state(shapes, kind=kind)
     compiled = torch.compile(REFERENCE[kind])
-    rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr, **kw)))
+    rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr=lr, **kw)))
     for name, floor, make_twin in TWINS[kind]:
         rows.append((name, BYTES_PER_PARAM[floor], make_twin(shapes)))
     return rows
@@ -167,11 +167,11 @@ def run_cuda(args) -> list[dict]:
             compiled_ref = torch.compile(REFERENCE[kind])
             name, floor, cls, tkw = twins[kind]
             makers = [
-                ("inductor_lamb op", BYTES_PER_PARAM[kind], lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr, **kw))),
+                ("inductor_lamb op", BYTES_PER_PARAM[kind], lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr=lr, **kw))),
                 ("plain torch reference (eager)", BYTES_PER_PARAM[kind],
-                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr, **kw))),
+                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr=lr, **kw))),
                 ("torch.compile(reference)", BYTES_PER_PARAM[kind],
-                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr, **kw))),
+                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr=lr, **kw))),
                 (name, BYTES_PER_PARAM[floor],
                  (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))),
             ]

@@ -86,8 +86,8 @@ def step_time_comparison(model: nn.Module, opt: inductor_lamb.Lamb, iters: int =
             fn()
         return (time.perf_counter() - t0) / iters
 
-    ours = timed(lambda: torch.ops.lamb.lamb_step_(*lists, lr, **kw))
-    ref = timed(lambda: reference.lamb_step(*lists, lr, **kw))
+    ours = timed(lambda: inductor_lamb.ops.lamb_step_(*lists, lr=lr, **kw))
+    ref = timed(lambda: reference.lamb_step(*lists, lr=lr, **kw))
     return ours, ref
 
 

@@ -25,16 +25,20 @@ int64_t max_cpu_capability() { return static_cast<int64_t>(inductor_lamb::cpu::m
 
 }  // namespace
 
+// Scheduled hyper-parameters (lr, betas, momentum) are 0-d float32 tensors on the
+// params' device: a new value never recompiles a graph or syncs the host. The
+// Python description of every argument (roles, defaults, ranges) is
+// inductor_lamb/spec.py; tests/test_spec.py keeps the two in agreement.
 TORCH_LIBRARY(lamb, m) {
   m.def(
       "lamb_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] steps, Tensor lr, float beta1=0.9, float beta2=0.999, float eps=1e-06, "
+      "Tensor(d!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, "
       "float weight_decay=0.01, bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, "
       "bool trust_clip=False, float max_grad_norm=0.0, Tensor? grad_scale=None, Tensor? found_inf=None, "
       "Tensor(e!)[]? master_params=None) -> ()");
   m.def(
       "lars_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor lr, "
-      "float momentum=0.9, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
+      "Tensor momentum, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
       "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
   m.def(
@@ -44,7 +48,7 @@ TORCH_LIBRARY(lamb, m) {
   m.def(
       "lamb16_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] exp_avg_scales, Tensor(e!)[] exp_avg_sq_scales, Tensor(f!)[] steps, Tensor lr, "
-      "float beta1=0.9, float beta2=0.999, float eps=1e-06, float weight_decay=0.0, float trust_scale=0.382, "
+      "Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.0, float trust_scale=0.382, "
       "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(g!)[]? master_params=None) -> ()");
   // Utilities (no tensors): CPU ISA selection, for tests and debugging.
   m.def("_cpu_capability(int force=-1) -> int", &cpu_capability);

@@ -87,3 +87,17 @@ def assert_lists_equal(a, b):
     for la, lb in zip(a, b):
         for x, y in zip(la, lb):
             assert equal(x, y)
+
+
+def raw_op_kwargs(name: str, kwargs: dict, device="cpu") -> dict:
+    """``kwargs`` for a direct ``torch.ops.lamb.<name>`` call: the scheduled
+    hyper-parameters other than lr (betas, momentum) as 0-d float32 tensors on
+    ``device``, their spec defaults when absent (the schema has no defaults for them)."""
+    from inductor_lamb.spec import SPECS, Role
+
+    out = dict(kwargs)
+    for a in SPECS[name].of(Role.TENSOR):
+        if a.name != "lr":
+            v = out.get(a.name, a.default)
+            out[a.name] = v if isinstance(v, torch.Tensor) else torch.tensor(float(v), device=device)
+    return out

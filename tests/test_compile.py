@@ -12,13 +12,16 @@ import warnings
 import expecttest
 import pytest
 import torch
-from conftest import MIXED_SHAPES, assert_tensor_close, clone_lists, equal, make_lists, noncontiguous_like
+from conftest import (MIXED_SHAPES, assert_tensor_close, clone_lists, equal, make_lists, noncontiguous_like,
+                      raw_op_kwargs)
 from torch import nn
 from torch._inductor.utils import run_and_get_code
 
 import inductor_lamb
 from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, reference
 from inductor_lamb import _inductor as lowering_mod
+from inductor_lamb._inductor import paths as paths_mod
+from inductor_lamb.spec import SPECS, Role
 
 PATHS = ("lowering", "decomposition", "external")
 
@@ -39,47 +42,62 @@ def use_path(path: str) -> None:
 
 # ---- op calls ------------------------------------------------------------------------
 
-# (op, list arguments beyond params/grads, keyword arguments); each is compiled and
-# run against the eager C++ kernel on the same data.
-LAMB16_LISTS = ("m8", "v8", "m_scales", "v_scales", "steps")
+# (op, keyword arguments); each is compiled and run against the eager C++ kernel on
+# the same data. The list arguments come from the op's spec (op_args).
 OP_CASES = {
-    "lamb": ("lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"), dict(weight_decay=0.01)),
-    "lamb_all_options": (
-        "lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"),
-        dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True, max_grad_norm=1.0,
-             grad_scale=torch.tensor(4.0)),
-    ),
+    "lamb": ("lamb_step_", dict(weight_decay=0.01)),
+    "lamb_all_options": ("lamb_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True,
+                                            max_grad_norm=1.0, grad_scale=torch.tensor(4.0))),
     "lamb_no_bias_correction_always_adapt": (
-        "lamb_step_", ("exp_avgs", "exp_avg_sqs", "steps"),
-        dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True),
-    ),
-    "lamb16": ("lamb16_step_", LAMB16_LISTS, dict(weight_decay=0.01)),
-    "lamb16_all_options": ("lamb16_step_", LAMB16_LISTS, dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1,
-                                                              trust_scale=1.0, grad_scale=torch.tensor(4.0))),
-    "lars": ("lars_step_", ("exp_avgs",), dict(weight_decay=[1e-3, 0.0, 5e-4] * 3,
-                                                layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
-    "lars_grad_scale": ("lars_step_", ("exp_avgs",), dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
-    "adagrad": ("adagrad_step_", ("exp_avg_sqs", "steps"), dict(lr_decay=0.01, weight_decay=0.1)),
-    "adagrad_maximize": ("adagrad_step_", ("exp_avg_sqs", "steps"), dict(maximize=True, grad_scale=torch.tensor(8.0))),
+        "lamb_step_", dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True)),
+    "lamb16": ("lamb16_step_", dict(weight_decay=0.01)),
+    "lamb16_all_options": ("lamb16_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1,
+                                                trust_scale=1.0, grad_scale=torch.tensor(4.0))),
+    "lars": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3,
+                                layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
+    "lars_grad_scale": ("lars_step_", dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
+    "adagrad": ("adagrad_step_", dict(lr_decay=0.01, weight_decay=0.1)),
+    "adagrad_maximize": ("adagrad_step_", dict(maximize=True, grad_scale=torch.tensor(8.0))),
 }
+# State lists whose values are >= 0 (second moments, Adagrad's sums)
+NONNEGATIVE = ("exp_avg_sqs", "state_sums")
+
+
+def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | None = None) -> list:
+    """Random list arguments of op ``name`` in schema order, one per list argument of
+    its spec: params/grads, state lists (float32 or float8 with matching scales),
+    0-d scalars (steps 2.0)."""
+    p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
+    out = []
+    for a in SPECS[name].args:
+        if a.role is Role.PARAMS:
+            t = p
+        elif a.role is Role.GRADS:
+            t = g
+        elif a.role is Role.STATE and a.dtype == torch.float8_e4m3fn:
+            t = [(x * 4000).clamp(-448, 448).to(a.dtype) for x in m]
+        elif a.role is Role.STATE and a.dtype == torch.float8_e5m2:
+            t = [(x * 5e5).to(a.dtype) for x in v]
+        elif a.role is Role.STATE:
+            t = [x.clone() for x in (v if a.name in NONNEGATIVE else m)]
+        elif a.role is Role.SCALARS:
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
+            t = [torch.tensor(value) for _ in shapes]
+        else:
+            continue
+        if layout is not None and a.role in (Role.PARAMS, Role.GRADS, Role.STATE):
+            t = [noncontiguous_like(x, layout) for x in t]
+        out.append(t)
+    return out
 
 
 def op_args(case: str, layout: str | None = None, dtype=torch.float32, shapes=MIXED_SHAPES, seed=0):
-    """(op name, list arguments, kwargs) for ``case`` on random data."""
-    name, extra, kwargs = OP_CASES[case]
-    p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
-    lists = {"params": p, "grads": g, "exp_avgs": m, "exp_avg_sqs": v, "steps": s,
-             # LAMB16: the same moments in float8 with their scales
-             "m8": [(t * 4000).clamp(-448, 448).to(torch.float8_e4m3fn) for t in m],
-             "v8": [(t * 5e5).to(torch.float8_e5m2) for t in v],
-             "m_scales": [torch.tensor(2.5e-4) for _ in m], "v_scales": [torch.tensor(2e-6) for _ in v]}
-    if layout is not None:
-        for k in ("params", "grads", "exp_avgs", "exp_avg_sqs", "m8", "v8"):
-            lists[k] = [noncontiguous_like(t, layout) for t in lists[k]]
-    args = [lists["params"], lists["grads"], *(lists[k] for k in extra)]
-    kwargs = dict(kwargs)
+    """(op name, list arguments, kwargs for the raw op) for ``case`` on random data."""
+    name, kwargs = OP_CASES[case]
+    args = spec_lists(name, shapes, dtype=dtype, seed=seed, layout=layout)
+    kwargs = raw_op_kwargs(name, kwargs)
     if dtype != torch.float32:
-        kwargs["master_params"] = [t.float() for t in lists["params"]]
+        kwargs["master_params"] = [t.float() for t in args[0]]
     return name, args, kwargs
 
 
@@ -147,7 +165,7 @@ def test_lowering_matches_float64_reference(case):
     ref_step = reference.lamb_step if name == "lamb_step_" else reference.lamb16_step
     for lr in (0.01, 0.02, 0.005):
         compiled(name, args, torch.tensor(lr), kwargs)
-        ref_step(*ref, lr, **kwargs)
+        ref_step(*ref, lr=lr, **kwargs)
     for a, b in zip(args, ref):
         for x, y in zip(a, b):
             assert_tensor_close(x.double() if x.is_floating_point() and x.element_size() > 1 else x,
@@ -330,7 +348,7 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
         # (element-wise relative error is meaningless for entries near 0)
         assert ((p - q).norm() / q.norm()).item() <= 1e-6
     for p in model_c.parameters():
-        assert float(opt_c.state[p]["step"]) == (0.0 if cls is Lars else 5.0)
+        assert ("step" not in opt_c.state[p]) if cls is Lars else float(opt_c.state[p]["step"]) == 5.0
 
 
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
@@ -359,12 +377,12 @@ def test_fallbacks_when_installing_fails(monkeypatch):
     def broken(name):
         raise AttributeError("lowerings moved")
 
-    monkeypatch.setitem(lowering_mod._INSTALLERS, "lowering", broken)
+    monkeypatch.setitem(paths_mod._INSTALLERS, "lowering", broken)
     with pytest.warns(RuntimeWarning, match="'decomposition' path.*lowerings moved"):
         assert inductor_lamb.set_compile_path("lowering") == "decomposition"
     from torch._inductor.codegen.cpp import CppScheduling
     assert type(CppScheduling.__dict__["MAX_FUSED_KERNEL_ARGS_NUM"]) is int  # Inductor's own constant again
-    monkeypatch.setitem(lowering_mod._INSTALLERS, "decomposition", broken)
+    monkeypatch.setitem(paths_mod._INSTALLERS, "decomposition", broken)
     with pytest.warns(RuntimeWarning, match="'external' path"):
         assert inductor_lamb.set_compile_path("lowering") == "external"
     torch._dynamo.reset()
@@ -478,12 +496,12 @@ def test_warm_fx_graph_cache_never_serves_code_of_another_path():
         # Control: without the key pass the warm cache serves the stale external call.
         with config.patch(post_grad_custom_post_pass=None):
             for op in lowering_mod.OPS:  # the external path, without re-adding the key pass
-                lowering_mod._uninstall(op)
-                lowering_mod._state["paths"][op] = "external"
+                paths_mod._uninstall(op)
+                paths_mod._state["paths"][op] = "external"
             compiled_code()
             for op in lowering_mod.OPS:
-                lowering_mod._install_lowering(op)
-                lowering_mod._state["paths"][op] = "lowering"
+                paths_mod._install_lowering(op)
+                paths_mod._state["paths"][op] = "lowering"
             counters.clear()
             stale = compiled_code()
             assert counters["inductor"]["fxgraph_cache_hit"] >= 1 and "torch.ops.lamb.lamb_step_" in stale

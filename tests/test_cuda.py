@@ -67,7 +67,7 @@ def test_matches_float64_reference(case):
     c_args, c_kwargs = to(args, "cuda"), to(kwargs, "cuda")
     for lr in LRS:
         run(name, c_args, c_kwargs, [lr], "cuda")
-        ref_step(*ref, lr, **kwargs)
+        ref_step(*ref, lr=lr, **kwargs)
     for a, b in zip(c_args, ref):
         for x, y in zip(a, b):
             x = x.cpu()
@@ -201,4 +201,4 @@ def test_errors_name_argument_and_index():
     with pytest.raises(RuntimeError, match=r"grads\[2\] is on cpu"):
         run(name, c_args, {}, [0.01], "cuda")
     with pytest.raises(RuntimeError, match=r"lr is on cpu"):
-        torch.ops.lamb.lamb_step_(*to(args, "cuda"), torch.tensor(0.01))
+        inductor_lamb.ops.lamb_step_(*to(args, "cuda"), lr=torch.tensor(0.01))

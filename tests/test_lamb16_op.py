@@ -40,7 +40,7 @@ def as_ref(lists):
 
 
 def op(lists, lr, master=None, **kw):
-    inductor_lamb.ops.lamb16_step_(*lists, torch.tensor(lr), master_params=master, **kw)
+    inductor_lamb.ops.lamb16_step_(*lists, lr=torch.tensor(lr), master_params=master, **kw)
 
 
 def assert_state_close(a, b):
@@ -85,7 +85,7 @@ def test_matches_reference_over_steps(config, fresh):
     r = as_ref(lists)
     for lr in LRS:
         op(lists, lr, **kw)
-        reference.lamb16_step(*r, lr, **kw)
+        reference.lamb16_step(*r, lr=lr, **kw)
     assert_params_close(lists[0], r[0])
     assert_state_close(lists, r)
     assert all(s.item() == 3.0 + len(LRS) for s in lists[6])
@@ -141,7 +141,7 @@ def test_low_precision(dtype):
     for lr in LRS[:3]:
         r = as_ref(lists)
         op(lists, lr, weight_decay=0.01)
-        reference.lamb16_step(*r, lr, weight_decay=0.01)
+        reference.lamb16_step(*r, lr=lr, weight_decay=0.01)
         for a, b in zip(lists[0], r[0]):
             torch.testing.assert_close(a.double(), b, rtol=2 * torch.finfo(dtype).eps, atol=1e-5)
     # with master: the float32 master follows the float64 trajectory
@@ -151,7 +151,7 @@ def test_low_precision(dtype):
     r[1] = [g.double() for g in lists[1]]
     for lr in LRS:
         op(lists, lr, master=master, weight_decay=0.01)
-        reference.lamb16_step(*r, lr, weight_decay=0.01)
+        reference.lamb16_step(*r, lr=lr, weight_decay=0.01)
     assert_params_close(master, r[0])
     assert_state_close(lists, r)
     assert all(torch.equal(p, m.to(dtype)) for p, m in zip(lists[0], master))
@@ -180,7 +180,7 @@ def test_grad_scale_found_inf():
     for g in lists[1]:
         g.mul_(64.0)
     op(lists, 0.01, grad_scale=torch.tensor(64.0), weight_decay=0.01)
-    reference.lamb16_step(*r, 0.01, weight_decay=0.01)
+    reference.lamb16_step(*r, lr=0.01, weight_decay=0.01)
     assert_params_close(lists[0], r[0])
     assert_state_close(lists, r)
     before = clone_lists(lists)
@@ -198,7 +198,8 @@ def test_opcheck():
         # tests check the same contract (only the declared lists change).
         utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
         with torch.no_grad():
-            torch.library.opcheck(torch.ops.lamb.lamb16_step_.default, (*lists, torch.tensor(0.01)), kw, test_utils=utils)
+            torch.library.opcheck(torch.ops.lamb.lamb16_step_.default, (*lists, torch.tensor(0.01), torch.tensor(0.9),
+                                                                       torch.tensor(0.999)), kw, test_utils=utils)
 
 
 @pytest.mark.parametrize(
@@ -262,8 +263,9 @@ def test_float8_round_trip_error(n):
     for k, g in enumerate(gradient_stream(n, 25, seed=n)):
         lists[1] = [g]
         # the float32 moments this step computes (before they are stored)
-        m = m8[0].double() * float(torch.tensor(0.9) * sm[0]) + 0.1 * g.double()
-        v = v8[0].double() * float(torch.tensor(0.999) * sv[0]) + 0.001 * g.double() ** 2
+        # (the betas are float32 tensors: 1 - beta of their float32 values)
+        m = m8[0].double() * float(torch.tensor(0.9) * sm[0]) + (1 - torch.tensor(0.9).item()) * g.double()
+        v = v8[0].double() * float(torch.tensor(0.999) * sv[0]) + (1 - torch.tensor(0.999).item()) * g.double() ** 2
         op(lists, 1e-3)
         m_back, v_back = m8[0].double() * sm[0].item(), v8[0].double() * sv[0].item()
         worst["m"] = max(worst["m"], ((m_back - m).norm() / m.norm()).item())
@@ -315,8 +317,9 @@ def test_float8_encoding_matches_torch_conversion(cap):
     lists = make([(n,)], seed=22, fresh=True)
     lists[1] = [g]
     op(lists, 0.0)
-    m = g * torch.tensor(1 - 0.9, dtype=torch.float32)
-    v = (g * g) * torch.tensor(1 - 0.999, dtype=torch.float32)
+    # (the betas are float32 tensors: 1 - beta of their float32 values)
+    m = g * torch.tensor(1 - torch.tensor(0.9).item(), dtype=torch.float32)
+    v = (g * g) * torch.tensor(1 - torch.tensor(0.999).item(), dtype=torch.float32)
     sm, sv = reference.fp8_scale(m, E4M3), reference.fp8_scale(v, E5M2)
     assert lists[4][0].item() == sm.item() and lists[5][0].item() == sv.item()
     assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3))

@@ -33,7 +33,7 @@ def test_matches_reference_with_scheduler():
         sched.step()
         ref_model.zero_grad()
         nn.functional.cross_entropy(ref_model(x.double()), y).backward()
-        reference.lamb16_step(ps, [p.grad for p in ps], *state, torch.tensor(lr, dtype=torch.float64),
+        reference.lamb16_step(ps, [p.grad for p in ps], *state, lr=torch.tensor(lr, dtype=torch.float64),
                               weight_decay=0.01)
         lr *= 0.7
     # the trajectories are chaotic only through rare float8 rounding ties

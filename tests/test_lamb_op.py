@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import (
+    raw_op_kwargs,
     MIXED_SHAPES,
     assert_lists_equal,
     clone_lists,
@@ -21,11 +22,11 @@ LRS = [0.02, 0.011, 0.005, 0.013, 0.001]  # changes every step
 
 def run_op(lists, lr, master=None, **kw):
     p, g, m, v, s = lists
-    torch.ops.lamb.lamb_step_(p, g, m, v, s, torch.tensor(lr), master_params=master, **kw)
+    inductor_lamb.ops.lamb_step_(p, g, m, v, s, lr=torch.tensor(lr), master_params=master, **kw)
 
 
 def run_ref(lists, lr, **kw):
-    reference.lamb_step(*lists, lr, **kw)
+    reference.lamb_step(*lists, lr=lr, **kw)
 
 
 def assert_matches(op_lists, ref_lists, rtol=1e-5, atol=2e-6):
@@ -213,7 +214,7 @@ def test_opcheck():
         kwargs = dict(weight_decay=0.02, max_grad_norm=5.0, grad_scale=torch.tensor(2.0),
                       found_inf=torch.tensor(0.0), master_params=mp)
         with torch.no_grad():
-            torch.library.opcheck(torch.ops.lamb.lamb_step_.default, args, kwargs)
+            torch.library.opcheck(torch.ops.lamb.lamb_step_.default, args, raw_op_kwargs("lamb_step_", kwargs))
 
 
 # ---- bad input: clear error naming argument and index; nothing modified ----------
@@ -261,7 +262,7 @@ def test_bad_input_errors_and_leaves_tensors_untouched(mutate, match, kw):
     tensors = [t for lst in lists for t in lst] + [t for t in kw.get("master_params") or []]
     before = [t.clone() for t in tensors]
     with pytest.raises(RuntimeError, match=match):
-        torch.ops.lamb.lamb_step_(*lists, lr, **kw)
+        inductor_lamb.ops.lamb_step_(*lists, lr=lr, **kw)
     for t, b in zip(tensors, before):
         if t.device.type == "meta":
             continue

@@ -63,7 +63,7 @@ class RefLamb:
             hp = dict(hp)
             lr, (b1, b2) = hp.pop("lr"), hp.pop("betas")
             reference.lamb_step(p64, [p.grad.double() for p in ps], [s[0] for s in st], [s[1] for s in st],
-                                [s[2] for s in st], lr, beta1=b1, beta2=b2, **hp)
+                                [s[2] for s in st], lr=lr, beta1=b1, beta2=b2, **hp)
             with torch.no_grad():
                 for p, q in zip(ps, p64):
                     p.copy_(q)
@@ -210,7 +210,7 @@ def test_global_grad_clipping_across_buckets():
     ref_p = [p32.detach().double(), p16.detach().double()]
     opt.step()
     ref_state = [list(s) for s in zip(*(zero_state(r) for r in ref_p))]
-    reference.lamb_step(ref_p, [g32.double(), g16.double()], *ref_state, 0.01, max_grad_norm=1.0)
+    reference.lamb_step(ref_p, [g32.double(), g16.double()], *ref_state, lr=0.01, max_grad_norm=1.0)
     torch.testing.assert_close(p32.detach().double(), ref_p[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(opt.state[p16]["master_param"].double(), ref_p[1], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(opt.state[p32]["exp_avg"].double(), ref_state[0][0], rtol=1e-5, atol=1e-7)

@@ -7,7 +7,7 @@ import io
 
 import pytest
 import torch
-from conftest import MIXED_SHAPES, clone_lists, noncontiguous_like, randn
+from conftest import MIXED_SHAPES, clone_lists, noncontiguous_like, randn, raw_op_kwargs
 from torch import nn
 
 import inductor_lamb
@@ -29,11 +29,11 @@ def make(shapes, dtype=torch.float32, seed=0, kind="lars"):
 
 def op(kind, lists, lr, master=None, **kw):
     fn = inductor_lamb.ops.lars_step_ if kind == "lars" else inductor_lamb.ops.adagrad_step_
-    fn(*lists, torch.tensor(lr), master_params=master, **kw)
+    fn(*lists, lr=torch.tensor(lr), master_params=master, **kw)
 
 
 def ref(kind, lists, lr, **kw):
-    (reference.lars_step if kind == "lars" else reference.adagrad_step)(*lists, lr, **kw)
+    (reference.lars_step if kind == "lars" else reference.adagrad_step)(*lists, lr=lr, **kw)
 
 
 def assert_close_lists(a_lists, b_lists, rtol=1e-5, atol=2e-6):
@@ -167,7 +167,7 @@ def test_opcheck(kind):
             kw = dict(lr_decay=0.01, weight_decay=0.01, grad_scale=torch.tensor(2.0), master_params=mp)
             target = torch.ops.lamb.adagrad_step_.default
         with torch.no_grad():
-            torch.library.opcheck(target, args, kw)
+            torch.library.opcheck(target, args, raw_op_kwargs(target._name.split("::")[1], kw))
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_lars_exclusions_apply():
     expected_wd = {"0.weight": 1e-2, "0.bias": 0.0, "2.weight": 0.0, "2.bias": 0.0, "3.weight": 1e-2, "3.bias": 0.0}
     expected_adapt = {n: n != "3.weight" for n in names}
     bufs = [torch.zeros_like(p) for p in params]
-    reference.lars_step(params, grads, bufs, 0.5, weight_decay=[expected_wd[n] for n in names],
+    reference.lars_step(params, grads, bufs, lr=0.5, weight_decay=[expected_wd[n] for n in names],
                         layer_adaptation=[expected_adapt[n] for n in names])
     for n, p, q in zip(names, model.parameters(), params):
         torch.testing.assert_close(p.double(), q, rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")

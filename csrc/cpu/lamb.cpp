@@ -15,17 +15,18 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LambKernels, lamb_kernels)
 namespace {
 
 void lamb_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                   at::TensorList exp_avg_sqs, at::TensorList steps, const at::Tensor& lr, double beta1,
-                   double beta2, double eps, double weight_decay, bool bias_correction, bool grad_averaging,
+                   at::TensorList exp_avg_sqs, at::TensorList steps, const at::Tensor& lr,
+                   const at::Tensor& beta1_t, const at::Tensor& beta2_t, double eps, double weight_decay, bool bias_correction, bool grad_averaging,
                    bool always_adapt, bool trust_clip, double max_grad_norm,
                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                    std::optional<at::TensorList> master_params) {
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  const auto floats = check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay,
-                                      max_grad_norm, grad_scale, found_inf, master_params, at::kCPU);
+  const auto floats = check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps,
+                                      weight_decay, max_grad_norm, grad_scale, found_inf, master_params, at::kCPU);
   // Like torch's fused Adam under GradScaler: an overflow skips the whole step.
   if (found_inf_set(found_inf)) return;
+  const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
 
   TensorRows rows(params, grads, floats);
   std::vector<LambTensor> tensors(n);

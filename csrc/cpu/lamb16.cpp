@@ -22,15 +22,17 @@ float new_scale(double amax, float fp8_max) { return std::max(float(amax) / fp8_
 
 void lamb16_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                      at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales,
-                     at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
+                     at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1_t,
+                     const at::Tensor& beta2_t, double eps,
                      double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
                      const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
   const auto states = check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
-                                        lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale, found_inf,
+                                        lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
                                         master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
+  const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
 
   TensorRows rows(params, grads, states);
   std::vector<Lamb16Tensor> tensors(n);

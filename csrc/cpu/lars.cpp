@@ -16,15 +16,16 @@ namespace {
 
 
 void lars_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
-                   const at::Tensor& lr, double momentum, double lars_coeff, double eps, double rescale_grad,
+                   const at::Tensor& lr, const at::Tensor& momentum_t, double lars_coeff, double eps, double rescale_grad,
                    c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                    std::optional<at::TensorList> master_params) {
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  const auto floats = check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
-                                      layer_adaptation, grad_scale, found_inf, master_params, at::kCPU);
+  const auto floats = check_lars_step(params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad,
+                                      weight_decay, layer_adaptation, grad_scale, found_inf, master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
+  const double momentum = cpu_value(momentum_t);
 
   TensorRows rows(params, grads, floats);
   const double grad_mul = rescale_grad * inv_grad_scale(grad_scale);

@@ -3,37 +3,46 @@
 // and the CUDA glue (csrc/cuda/ops_cuda.cpp): one place says what valid input
 // is. Each runs every check before anything is written and returns the op's
 // per-element state lists (in TensorRows order).
+//
+// Order and messages are mirrored by inductor_lamb/spec.py::check (the trace-time
+// checks of every compile path): list lengths, then per index the param, grad
+// and state rows, then the per-tensor scalar lists, the scheduled tensor
+// hyper-parameters (lr, betas, momentum), grad_scale / found_inf, and last the
+// float hyper-parameters in schema order. Scheduled tensors are data: their
+// values are not range-checked (a compiled step could not check them at trace time).
 #include "cpu/engine.h"
 
 namespace inductor_lamb::cpu {
 
+using OptTensor = std::optional<at::Tensor>;
+using OptList = std::optional<at::TensorList>;
+
 std::vector<StateList> check_lamb_step(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                        at::TensorList exp_avg_sqs, at::TensorList steps, const at::Tensor& lr,
-                                       double beta1, double beta2, double eps, double weight_decay,
-                                       double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
-                                       const std::optional<at::Tensor>& found_inf,
-                                       const std::optional<at::TensorList>& master_params, const at::Device& device);
+                                       const at::Tensor& beta1, const at::Tensor& beta2, double eps,
+                                       double weight_decay, double max_grad_norm, const OptTensor& grad_scale,
+                                       const OptTensor& found_inf, const OptList& master_params,
+                                       const at::Device& device);
 
 std::vector<StateList> check_lamb16_step(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                          at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales,
                                          at::TensorList exp_avg_sq_scales, at::TensorList steps, const at::Tensor& lr,
-                                         double beta1, double beta2, double eps, double weight_decay,
-                                         double trust_scale, const std::optional<at::Tensor>& grad_scale,
-                                         const std::optional<at::Tensor>& found_inf,
-                                         const std::optional<at::TensorList>& master_params, const at::Device& device);
+                                         const at::Tensor& beta1, const at::Tensor& beta2, double eps,
+                                         double weight_decay, double trust_scale, const OptTensor& grad_scale,
+                                         const OptTensor& found_inf, const OptList& master_params,
+                                         const at::Device& device);
 
 std::vector<StateList> check_lars_step(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
-                                       const at::Tensor& lr, double momentum, double lars_coeff, double eps,
-                                       c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
-                                       const std::optional<at::Tensor>& grad_scale,
-                                       const std::optional<at::Tensor>& found_inf,
-                                       const std::optional<at::TensorList>& master_params, const at::Device& device);
+                                       const at::Tensor& lr, const at::Tensor& momentum, double lars_coeff, double eps,
+                                       double rescale_grad, c10::ArrayRef<double> weight_decay,
+                                       const c10::List<bool>& layer_adaptation, const OptTensor& grad_scale,
+                                       const OptTensor& found_inf, const OptList& master_params,
+                                       const at::Device& device);
 
 std::vector<StateList> check_adagrad_step(at::TensorList params, at::TensorList grads, at::TensorList state_sums,
                                           at::TensorList steps, const at::Tensor& lr, double lr_decay,
-                                          double weight_decay, double eps, const std::optional<at::Tensor>& grad_scale,
-                                          const std::optional<at::Tensor>& found_inf,
-                                          const std::optional<at::TensorList>& master_params,
+                                          double weight_decay, double eps, const OptTensor& grad_scale,
+                                          const OptTensor& found_inf, const OptList& master_params,
                                           const at::Device& device);
 
 // LARS per-param options given as one value for all or one per param (0 values: `if_empty`).
@@ -42,5 +51,8 @@ V per_param(const List& values, size_t i, V if_empty) {
   if (values.size() == 0) return if_empty;
   return values.size() == 1 ? V(values[0]) : V(values[i]);
 }
+
+// The value of a scheduled 0-d float32 hyper-parameter on the CPU (a float, like the kernels use).
+inline double cpu_value(const at::Tensor& t) { return double(t.item<float>()); }
 
 }  // namespace inductor_lamb::cpu

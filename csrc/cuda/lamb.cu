@@ -17,8 +17,8 @@ __device__ __forceinline__ float inv_bias_correction(double beta, double t, bool
 struct LambMath {
   float beta1, beta2, beta3, one_minus_beta2, eps, wd;
   __device__ explicit LambMath(const LambHyper& h)
-      : beta1(float(h.beta1)), beta2(float(h.beta2)), beta3(h.grad_averaging ? float(1.0 - h.beta1) : 1.f),
-        one_minus_beta2(1.f - float(h.beta2)), eps(float(h.eps)), wd(float(h.weight_decay)) {}
+      : beta1(*h.beta1), beta2(*h.beta2), beta3(h.grad_averaging ? float(1.0 - double(*h.beta1)) : 1.f),
+        one_minus_beta2(1.f - *h.beta2), eps(float(h.eps)), wd(float(h.weight_decay)) {}
   __device__ float update(float p, float m, float v, float inv_bc1, float inv_bc2) const {
     return m * inv_bc1 / (sqrtf(v * inv_bc2) + eps) + wd * p;
   }
@@ -30,8 +30,8 @@ __global__ void pass1(Launch l, LambHyper h, bool clipped) {
   const TensorMeta& t = c.t;
   const LambMath math(h);
   const double step = double(*t.step) + 1.0;  // the reduce kernel stores it
-  const float inv_bc1 = inv_bias_correction(h.beta1, step, h.bias_correction);
-  const float inv_bc2 = inv_bias_correction(h.beta2, step, h.bias_correction);
+  const float inv_bc1 = inv_bias_correction(*h.beta1, step, h.bias_correction);
+  const float inv_bc2 = inv_bias_correction(*h.beta2, step, h.bias_correction);
   const float mul = grad_multiplier(l, clipped);
   float* m = static_cast<float*>(t.state[0]);
   float* v = static_cast<float*>(t.state[1]);
@@ -57,8 +57,8 @@ __global__ void reduce(Launch l, LambHyper h) {
   const double step = double(*t.step) + 1.0;
   *t.step = float(step);
   float* k = l.coeffs + i * kCoeffs;
-  k[kInvBc1] = inv_bias_correction(h.beta1, step, h.bias_correction);
-  k[kInvBc2] = inv_bias_correction(h.beta2, step, h.bias_correction);
+  k[kInvBc1] = inv_bias_correction(*h.beta1, step, h.bias_correction);
+  k[kInvBc2] = inv_bias_correction(*h.beta2, step, h.bias_correction);
   const double p_norm = sqrt(tensor_sum(l, t, 0)), u_norm = sqrt(tensor_sum(l, t, 1));
   const bool adapt = h.weight_decay != 0 || h.always_adapt;
   double ratio = adapt && p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;

@@ -37,14 +37,14 @@ struct Lamb16Math {
 };
 
 __device__ __forceinline__ Lamb16Math make_math(const Lamb16Hyper& h, float beta1_scale, float beta2_scale) {
-  return {beta1_scale, beta2_scale, float(1.0 - h.beta1), float(1.0 - h.beta2), float(h.eps), float(h.weight_decay)};
+  return {beta1_scale, beta2_scale, float(1.0 - double(*h.beta1)), float(1.0 - double(*h.beta2)), float(h.eps), float(h.weight_decay)};
 }
 
 __global__ void pass1(Launch l, Lamb16Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
   const TensorMeta& t = c.t;
-  const Lamb16Math math = make_math(h, float(h.beta1) * *t.scalar[0], float(h.beta2) * *t.scalar[1]);
+  const Lamb16Math math = make_math(h, *h.beta1 * *t.scalar[0], *h.beta2 * *t.scalar[1]);
   const float mul = grad_multiplier(l, false);
   float p_sq = 0.f, u_sq = 0.f, m_max = 0.f, v_max = 0.f;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
@@ -71,8 +71,8 @@ __global__ void reduce(Launch l, Lamb16Hyper h) {
   const TensorMeta& t = l.tensors[i];
   *t.step += 1.f;
   float* k = l.coeffs + i * kCoeffs;
-  k[kBeta1Scale] = float(h.beta1) * *t.scalar[0];
-  k[kBeta2Scale] = float(h.beta2) * *t.scalar[1];
+  k[kBeta1Scale] = *h.beta1 * *t.scalar[0];
+  k[kBeta2Scale] = *h.beta2 * *t.scalar[1];
   const double p_norm = sqrt(tensor_sum(l, t, 0)), u_norm = sqrt(tensor_sum(l, t, 1));
   const double lr = *l.lr;
   double ratio = 1.0;

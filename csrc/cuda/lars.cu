@@ -44,7 +44,7 @@ __global__ void update(Launch l, LarsHyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
   const TensorMeta& t = c.t;
-  const float mul = grad_mul(l, h), momentum = float(h.momentum), wd = t.option[0];
+  const float mul = grad_mul(l, h), momentum = *h.momentum, wd = t.option[0];
   const float local_lr = l.coeffs[c.tensor * kCoeffs + kLocalLr];
   float* buf = static_cast<float*>(t.state[0]);
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {

@@ -55,17 +55,23 @@ struct Launch {
 
 // Hyper-parameters as the op received them (double); kernels round to float
 // where the CPU kernels do, so both backends compute the same float32 math.
+// Scheduled ones (betas, momentum) are 0-d float32 tensors read on the device.
 struct LambHyper {
-  double beta1, beta2, eps, weight_decay, max_grad_norm;
+  const float* beta1;
+  const float* beta2;
+  double eps, weight_decay, max_grad_norm;
   int32_t bias_correction, grad_averaging, always_adapt, trust_clip;
 };
 
 struct Lamb16Hyper {
-  double beta1, beta2, eps, weight_decay, trust_scale;
+  const float* beta1;
+  const float* beta2;
+  double eps, weight_decay, trust_scale;
 };
 
 struct LarsHyper {  // weight decay and layer adaptation are per tensor: TensorMeta::option
-  double momentum, lars_coeff, eps, rescale_grad;
+  const float* momentum;
+  double lars_coeff, eps, rescale_grad;
 };
 
 struct AdagradHyper {

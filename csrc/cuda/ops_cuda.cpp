@@ -149,19 +149,20 @@ void run_step(const char* op, at::TensorList params, at::TensorList grads, const
   rows.commit();
 }
 
-at::Device device_of(at::TensorList params) { return params.empty() ? at::Device(at::kCUDA) : params[0].device(); }
+// Where the op runs: the params' device (the lr's for an empty call), as spec.py's checks say.
+at::Device device_of(at::TensorList params, const at::Tensor& lr) { return params.empty() ? lr.device() : params[0].device(); }
 
 // ---- the ops ---------------------------------------------------------------------------
 
 void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                    at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
-                    double weight_decay, bool bias_correction, bool grad_averaging, bool always_adapt,
+                    at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1, const at::Tensor& beta2,
+                    double eps, double weight_decay, bool bias_correction, bool grad_averaging, bool always_adapt,
                     bool trust_clip, double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
                     const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const auto lists = cpu::check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
                                           weight_decay, max_grad_norm, grad_scale, found_inf, master_params,
-                                          device_of(params));
-  const LambHyper h{beta1, beta2, eps, weight_decay, max_grad_norm, bias_correction, grad_averaging, always_adapt,
+                                          device_of(params, lr));
+  const LambHyper h{beta1.data_ptr<float>(), beta2.data_ptr<float>(), eps, weight_decay, max_grad_norm, bias_correction, grad_averaging, always_adapt,
                     trust_clip};
   run_step("lamb_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
            [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
@@ -170,13 +171,13 @@ void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
 
 void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                       at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales,
-                      at::TensorList steps, const at::Tensor& lr, double beta1, double beta2, double eps,
-                      double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
+                      at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1,
+                      const at::Tensor& beta2, double eps, double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const auto lists = cpu::check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales,
                                             steps, lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale,
-                                            found_inf, master_params, device_of(params));
-  const Lamb16Hyper h{beta1, beta2, eps, weight_decay, trust_scale};
+                                            found_inf, master_params, device_of(params, lr));
+  const Lamb16Hyper h{beta1.data_ptr<float>(), beta2.data_ptr<float>(), eps, weight_decay, trust_scale};
   run_step("lamb16_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
            [&](size_t i, TensorMeta& t) {
              t.step = steps[i].data_ptr<float>();
@@ -187,13 +188,15 @@ void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLis
 }
 
 void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
-                    const at::Tensor& lr, double momentum, double lars_coeff, double eps, double rescale_grad,
+                    const at::Tensor& lr, const at::Tensor& momentum, double lars_coeff, double eps,
+                    double rescale_grad,
                     c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
                     const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                     std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, weight_decay,
-                                          layer_adaptation, grad_scale, found_inf, master_params, device_of(params));
-  const LarsHyper h{momentum, lars_coeff, eps, rescale_grad};
+  const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps,
+                                          rescale_grad, weight_decay, layer_adaptation, grad_scale, found_inf,
+                                          master_params, device_of(params, lr));
+  const LarsHyper h{momentum.data_ptr<float>(), lars_coeff, eps, rescale_grad};
   run_step("lars_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
            [&](size_t i, TensorMeta& t) {
              t.option[0] = float(cpu::per_param(weight_decay, i, 0.0));
@@ -207,7 +210,7 @@ void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLi
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        std::optional<at::TensorList> master_params) {
   const auto lists = cpu::check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
-                                             grad_scale, found_inf, master_params, device_of(params));
+                                             grad_scale, found_inf, master_params, device_of(params, lr));
   const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
   run_step("adagrad_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
            [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },

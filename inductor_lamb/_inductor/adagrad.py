@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 
-def adagrad_step(
-    B: Backend, params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, maximize, grad_scale,
-    found_inf, master_params,
-) -> None:
-    if not params:
+def adagrad_step(B: Backend, a: SimpleNamespace) -> None:
+    if not a.params:
         return
-    B.found_inf = found_inf
-    t = increment_steps(B, steps)
-    clr = B.scalar(B.div(lr, B.add(B.mul(B.sub(t, 1.0), lr_decay), 1.0)))
-    g = scaled_grads(B, grads, grad_scale, factor=-1.0 if maximize else 1.0)
-    p = master_or_params(B, params, master_params)
-    if weight_decay != 0:
-        g = B.add(g, B.mul(p, weight_decay))
+    B.found_inf = a.found_inf
+    t = increment_steps(B, a.steps)
+    clr = B.scalar(B.div(a.lr, B.add(B.mul(B.sub(t, 1.0), a.lr_decay), 1.0)))
+    g = scaled_grads(B, a.grads, a.grad_scale, factor=-1.0 if a.maximize else 1.0)
+    p = master_or_params(B, a.params, a.master_params)
+    if a.weight_decay != 0:
+        g = B.add(g, B.mul(p, a.weight_decay))
     # The state sum is written before p (the update reads the new sum).
-    B.assign(state_sums, B.add(state_sums, B.mul(g, g)))
-    assign_params(B, params, master_params, B.sub(p, B.mul(B.div(g, B.add(B.sqrt(state_sums), eps)), clr)))
+    B.assign(a.state_sums, B.add(a.state_sums, B.mul(g, g)))
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(B.div(g, B.add(B.sqrt(a.state_sums), a.eps)), clr)))

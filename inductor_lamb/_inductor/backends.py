@@ -50,9 +50,10 @@ class Backend:
     def where_positive(self, a, b, then, otherwise):
         """``then`` where ``a > 0 and b > 0``, else ``otherwise`` (element-wise)."""
         return _zip_map(self._where_positive, a, b, then, otherwise)
-    def pow_scalar(self, base: float, exponent):
+    def pow_scalar(self, base, exponent):
         """``base ** exponent`` in float64 (like the C++ kernels: ``1 - beta2**t`` loses
-        digits in float32); ``to_float`` it after the float64 math on it."""
+        digits in float32), for a float or 0-d tensor ``base``; ``to_float`` it after
+        the float64 math on it."""
         return _zip_map(self._pow_scalar, base, exponent)
     def sumsq(self, a): return _zip_map(self._sumsq, a)
     def absmax(self, a):
@@ -94,7 +95,11 @@ class IRBackend(Backend):
     def _reciprocal(self, a): return self.lw[aten.reciprocal.default](a)
     def _maximum(self, a, b): return self.lw[aten.clamp_min.default](a, b)
     def _minimum(self, a, b): return self.lw[aten.clamp_max.default](a, b)
-    def _pow_scalar(self, base, e): return self.lw[aten.pow.Scalar](base, self.L.to_dtype(e, torch.float64))
+    def _pow_scalar(self, base, e):
+        e = self.L.to_dtype(e, torch.float64)
+        if isinstance(base, (int, float)):
+            return self.lw[aten.pow.Scalar](base, e)
+        return self.lw[aten.pow.Tensor_Tensor](self.L.to_dtype(base, torch.float64), e)
     def _sumsq(self, a): return self.lw[aten.sum.default](self._mul(a, a))
     def _pow(self, a, e): return self.lw[aten.pow.Tensor_Scalar](a, e)
     def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
@@ -154,6 +159,9 @@ class TorchBackend(Backend):
     def sqrt(self, a): return list(torch._foreach_sqrt(a)) if isinstance(a, list) else torch.sqrt(a)
 
     def pow_scalar(self, base, exponent):
+        if isinstance(base, torch.Tensor):
+            base = base.double()
+            return _zip_map(lambda e: torch.pow(base, e.double()), exponent)
         if isinstance(exponent, list):
             return list(torch._foreach_pow(base, [e.double() for e in exponent]))
         return torch.pow(base, exponent.double())

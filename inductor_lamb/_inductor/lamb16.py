@@ -11,6 +11,8 @@ assigned last, so every read sees the values of the start of the step.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from ..reference import FP8_MAX
@@ -21,36 +23,34 @@ _M_MAX = FP8_MAX[torch.float8_e4m3fn]
 _V_MAX = FP8_MAX[torch.float8_e5m2]
 
 
-def lamb16_step(
-    B: Backend, params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1,
-    beta2, eps, weight_decay, trust_scale, grad_scale, found_inf, master_params,
-) -> None:
-    if not params:
+def lamb16_step(B: Backend, a: SimpleNamespace) -> None:
+    if not a.params:
         return
-    B.found_inf = found_inf
-    increment_steps(B, steps)
-    g = scaled_grads(B, grads, grad_scale)
-    beta1_scale = B.scalar(B.mul(exp_avg_scales, beta1))
-    beta2_scale = B.scalar(B.mul(exp_avg_sq_scales, beta2))
-    m = B.add(B.mul(B.to_float(exp_avgs), beta1_scale), B.mul(g, 1.0 - beta1))
-    v = B.add(B.mul(B.to_float(exp_avg_sqs), beta2_scale), B.mul(B.mul(g, g), 1.0 - beta2))
-    p = master_or_params(B, params, master_params)
-    u = B.div(m, B.add(B.sqrt(v), eps))
-    if weight_decay != 0:
-        u = B.add(u, B.mul(p, weight_decay))
+    B.found_inf = a.found_inf
+    increment_steps(B, a.steps)
+    g = scaled_grads(B, a.grads, a.grad_scale)
+    beta1_scale = B.scalar(B.mul(a.exp_avg_scales, a.beta1))
+    beta2_scale = B.scalar(B.mul(a.exp_avg_sq_scales, a.beta2))
+    one_minus_beta1, one_minus_beta2 = B.scalar(B.one_minus(a.beta1)), B.scalar(B.one_minus(a.beta2))
+    m = B.add(B.mul(B.to_float(a.exp_avgs), beta1_scale), B.mul(g, one_minus_beta1))
+    v = B.add(B.mul(B.to_float(a.exp_avg_sqs), beta2_scale), B.mul(B.mul(g, g), one_minus_beta2))
+    p = master_or_params(B, a.params, a.master_params)
+    u = B.div(m, B.add(B.sqrt(v), a.eps))
+    if a.weight_decay != 0:
+        u = B.add(u, B.mul(p, a.weight_decay))
 
     # r = clamp((||p|| / ||u|| * 1e-3 / lr) ** trust_scale, 0, 2), 1 when a norm is 0
     p_norm, u_norm = B.sqrt(B.sumsq(p)), B.sqrt(B.sumsq(u))
-    scaled = B.pow(B.mul(B.div(B.div(p_norm, u_norm), lr), 1e-3), trust_scale)
+    scaled = B.pow(B.mul(B.div(B.div(p_norm, u_norm), a.lr), 1e-3), a.trust_scale)
     ratio = B.where_positive(p_norm, u_norm, B.minimum(scaled, 2.0), 1.0)
-    step_size = B.scalar(B.mul(ratio, lr))
+    step_size = B.scalar(B.mul(ratio, a.lr))
     # new scales: amax maps to the float8 max (never saturates), FLT_MIN floor
     m_scale = B.scalar(B.maximum(B.div(B.absmax(m), _M_MAX), _FLT_MIN))
     v_scale = B.scalar(B.maximum(B.div(B.absmax(v), _V_MAX), _FLT_MIN))
     inv_m_scale, inv_v_scale = B.scalar(B.reciprocal(m_scale)), B.scalar(B.reciprocal(v_scale))
 
-    assign_params(B, params, master_params, B.sub(p, B.mul(u, step_size)))
-    B.assign(exp_avgs, B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX))
-    B.assign(exp_avg_sqs, B.minimum(B.mul(v, inv_v_scale), _V_MAX))
-    B.assign(exp_avg_scales, m_scale)
-    B.assign(exp_avg_sq_scales, v_scale)
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))
+    B.assign(a.exp_avgs, B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX))
+    B.assign(a.exp_avg_sqs, B.minimum(B.mul(v, inv_v_scale), _V_MAX))
+    B.assign(a.exp_avg_scales, m_scale)
+    B.assign(a.exp_avg_sq_scales, v_scale)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from .backends import Backend, assign_params, master_or_params, scaled_grads
 
 
@@ -13,26 +15,24 @@ def per_param(values, n: int, if_empty):
     return values * n if len(values) == 1 else values
 
 
-def lars_step(
-    B: Backend, params, grads, momentum_buffers, lr, momentum, lars_coeff, eps, rescale_grad, weight_decay,
-    layer_adaptation, grad_scale, found_inf, master_params,
-) -> None:
-    n = len(params)
+def lars_step(B: Backend, a: SimpleNamespace) -> None:
+    n = len(a.params)
     if n == 0:
         return
-    B.found_inf = found_inf
-    wds = [float(w) for w in per_param(weight_decay, n, 0.0)]
-    adapts = per_param(layer_adaptation, n, True)
-    g = scaled_grads(B, grads, grad_scale, factor=rescale_grad)
-    p = master_or_params(B, params, master_params)
+    B.found_inf = a.found_inf
+    wds = [float(w) for w in per_param(a.weight_decay, n, 0.0)]
+    adapts = per_param(a.layer_adaptation, n, True)
+    g = scaled_grads(B, a.grads, a.grad_scale, factor=a.rescale_grad)
+    p = master_or_params(B, a.params, a.master_params)
+    lr = a.lr
     local_lr = []
     for i in range(n):
         if adapts[i] and wds[i] > 0:
             p_norm, g_norm = B.sqrt(B.sumsq(p[i])), B.sqrt(B.sumsq(g[i]))
-            trust = B.div(B.mul(B.mul(p_norm, lars_coeff), lr), B.add(B.add(g_norm, B.mul(p_norm, wds[i])), eps))
+            trust = B.div(B.mul(B.mul(p_norm, a.lars_coeff), lr), B.add(B.add(g_norm, B.mul(p_norm, wds[i])), a.eps))
             local_lr.append(B.scalar(B.where_positive(p_norm, g_norm, trust, lr)))
         else:
             local_lr.append(lr)
     decayed = [B.add(g[i], B.mul(p[i], wds[i])) if wds[i] else g[i] for i in range(n)]
-    B.assign(momentum_buffers, B.add(B.mul(momentum_buffers, momentum), B.mul(decayed, local_lr)))
-    assign_params(B, params, master_params, B.sub(p, momentum_buffers))
+    B.assign(a.momentum_buffers, B.add(B.mul(a.momentum_buffers, a.momentum), B.mul(decayed, local_lr)))
+    assign_params(B, a.params, a.master_params, B.sub(p, a.momentum_buffers))

@@ -1,10 +1,12 @@
-"""What every inductor_lamb optimizer shares: a 0-d tensor lr per param group,
-(device, dtype) buckets for the list ops, GradScaler support, float32 state
-that survives ``load_state_dict``, and a ``step`` that never graph-breaks.
+"""What every inductor_lamb optimizer shares: scheduled hyper-parameters (lr,
+betas, momentum) as 0-d tensors per param group, (device, dtype) buckets for
+the list ops, GradScaler support, float32 state that survives
+``load_state_dict``, and a ``step`` that never graph-breaks.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -13,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["FusedOptimizer", "as_lr_tensor", "check_betas", "check_nonnegative"]
+__all__ = ["FusedOptimizer", "ParamGroup", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -30,9 +32,13 @@ def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu") -> Tens
             return lr
         return lr.detach().reshape(()).to(device=device, dtype=torch.float32)
     lr = float(lr)
+    check_lr(lr)
+    return torch.tensor(lr, dtype=torch.float32, device=device)
+
+
+def check_lr(lr: float) -> None:
     if not lr >= 0.0:
         raise ValueError(f"Invalid learning rate: {lr}")
-    return torch.tensor(lr, dtype=torch.float32, device=device)
 
 
 def check_betas(betas: tuple[float, float]) -> None:
@@ -42,12 +48,104 @@ def check_betas(betas: tuple[float, float]) -> None:
             raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
+def check_momentum(momentum: float) -> None:
+    if not momentum >= 0.0:
+        raise ValueError(f"Invalid momentum value: {momentum}")
+
+
 def check_nonnegative(**values: float) -> None:
     """Raises torch.optim's ``Invalid <name> value`` for a negative hyper-parameter."""
     names = {"eps": "epsilon"}
     for name, value in values.items():
         if not 0.0 <= value:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
+
+
+class ParamGroup(dict):
+    """A param group whose scheduled hyper-parameters are 0-d float32 tensors.
+
+    torch's schedulers write ``group["betas"] = (0.85, ...)`` or
+    ``group["momentum"] = 0.9`` as new Python floats (they ``fill_`` in place only
+    for ``lr``). A compiled step that read those floats would be guarded on their
+    values and recompile on every step. Here an assignment to a scheduled key is
+    validated and copied into the group's existing tensors instead, so the
+    compiled step keeps reading the same tensors and compiles once. Reading the
+    group gives tensors; ``repr`` and ``state_dict`` show plain numbers.
+    """
+
+    def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
+                 defaults: dict[str, Any]) -> None:
+        super().__init__(group)
+        # key -> validator of a new value as Python floats (raises torch.optim's ValueError)
+        object.__setattr__(self, "_scheduled", scheduled)
+        object.__setattr__(self, "_device", device)
+        for key, validate in scheduled.items():
+            if key not in self:
+                continue
+            value = self[key]
+            validate(_as_floats(value))
+            if isinstance(value, (tuple, list)):
+                shared = defaults.get(key) or ()
+                dict.__setitem__(self, key, tuple(self._own(v, any(v is d for d in shared)) for v in value))
+            else:
+                dict.__setitem__(self, key, self._own(value, value is defaults.get(key)))
+
+    def _own(self, value: Any, shared: bool) -> Tensor:
+        """A 0-d float32 tensor on the group's device that this group may fill in
+        place: a user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
+        if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == torch.float32 \
+                and value.device == self._device:
+            return value
+        return as_lr_tensor(value, self._device).clone()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self._scheduled or key not in self:
+            return super().__setitem__(key, value)
+        self._scheduled[key](_as_floats(value))
+        current = self[key]
+        if isinstance(current, tuple):
+            super().__setitem__(key, tuple(self._assign(c, v) for c, v in zip(current, value)))
+        else:
+            super().__setitem__(key, self._assign(current, value))
+
+    def _assign(self, current: Tensor, value: Any) -> Tensor:
+        if value is current:
+            return current
+        if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == torch.float32 \
+                and value.device == self._device:
+            return value  # the user hands in a tensor of their own
+        current.fill_(value)
+        return current
+
+    def __reduce__(self):  # (pickle would call __setitem__ before __init__)
+        return ParamGroup, (dict(self), self._scheduled, self._device, {})
+
+    def plain(self) -> dict[str, Any]:
+        """The group with 0-d tensors as Python floats (what state_dict saves)."""
+        out = dict(self)
+        for key in self._scheduled:
+            if key in out:
+                out[key] = _as_floats(out[key])
+        return out
+
+    def __repr__(self) -> str:
+        return repr(self.plain())
+
+
+def _as_floats(value: Any) -> Any:
+    """A scheduled value (float, 0-d tensor, or a tuple of them) as Python floats.
+    For display, validation and checkpoints only: never called inside a step."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_as_floats(v) for v in value)
+    if not isinstance(value, Tensor):
+        return float(value)
+    # the shortest decimal that reads back as the same float32 (0.9, not 0.8999999761581421)
+    x = float(value)
+    for digits in range(6, 10):
+        short = float(f"{x:.{digits}g}")
+        if struct.unpack("f", struct.pack("f", short))[0] == x:
+            return short
+    return x
 
 
 def _group_device(group: dict[str, Any]) -> torch.device:
@@ -72,6 +170,11 @@ class FusedOptimizer(Optimizer):
     _state_keys: tuple[str, ...] = ()
     _state_dtypes: dict[str, torch.dtype] = {}
     _scalar_state_keys: tuple[str, ...] = ()
+    # Hyper-parameters torch's schedulers change per step, with their validators:
+    # 0-d tensors in every param group (ParamGroup), read by the compiled step.
+    _scheduled: dict[str, Callable[[Any], None]] = {"lr": check_lr}
+    # Whether the op keeps a per-param step count (LARS needs none).
+    _has_step = True
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
@@ -84,10 +187,7 @@ class FusedOptimizer(Optimizer):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        # Each group gets its own lr tensor unless the user handed one in.
-        if not isinstance(group["lr"], Tensor) or group["lr"] is self.defaults["lr"]:
-            group["lr"] = as_lr_tensor(group["lr"], _group_device(group)).clone()
+        group = self.param_groups[-1] = self._param_group(self.param_groups[-1])
         for p in group["params"]:
             if p.dtype not in (torch.float32, *_LOW_PRECISION):
                 raise TypeError(
@@ -101,11 +201,15 @@ class FusedOptimizer(Optimizer):
             if p.requires_grad:
                 self._init_state(p, group, master=False)
 
+    def _param_group(self, group: dict[str, Any]) -> ParamGroup:
+        return ParamGroup(group, self._scheduled, _group_device(group), self.defaults)
+
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
         if len(state) == 0:
             # step on the param's device, as the op reads it there (no host sync on GPU)
-            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            if self._has_step:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             for key in self._state_keys:
                 state[key] = torch.full_like(
                     p, self._state_fill(key, group), dtype=self._state_dtype(key),
@@ -135,13 +239,23 @@ class FusedOptimizer(Optimizer):
         return nbytes / numel if numel else 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        # lr as a float, like torch.optim's own optimizers save it: checkpoints
-        # load into torch.optim classes too (load_state_dict turns it back into a tensor).
+        # lr, betas, momentum as floats, like torch.optim's own optimizers save them:
+        # checkpoints load into torch.optim classes too (load_state_dict turns them
+        # back into tensors).
         sd = super().state_dict()
         for group in sd["param_groups"]:
-            if isinstance(group.get("lr"), Tensor):
-                group["lr"] = float(group["lr"])
+            for key in self._scheduled:
+                if key in group:
+                    group[key] = _as_floats(group[key])
         return sd
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            plain = group.plain() if isinstance(group, ParamGroup) else group
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {key}: {plain[key]}" for key in sorted(plain) if key != "params"]
+        return "\n".join(lines) + "\n)"
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # torch.optim casts floating state to the param dtype (bf16 params would
@@ -167,11 +281,10 @@ class FusedOptimizer(Optimizer):
                 state[k] = v.to(device=p.device, dtype=self._state_dtype(k), copy=True)
                 if k in self._scalar_state_keys:
                     state[k] = state[k].reshape(())
-            step = state.get("step")
-            if step is not None:
+            step = state.pop("step", None)
+            if step is not None and self._has_step:  # (releases up to 0.1.0 kept a dead LARS step)
                 state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
-        for group in self.param_groups:
-            group["lr"] = as_lr_tensor(group["lr"], _group_device(group)).clone()
+        self.param_groups[:] = [self._param_group(dict(group)) for group in self.param_groups]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Resets the gradients of all optimized tensors, like
@@ -207,10 +320,11 @@ class FusedOptimizer(Optimizer):
             b = buckets[(p.device, p.dtype)]
             b["params"].append(p)
             b["grads"].append(p.grad)
-            b["steps"].append(state["step"])
             b["names"].append(names[i] if names else None)
             for key in (*self._state_keys, *self._scalar_state_keys):
                 b[key].append(state[key])
+            if self._has_step:
+                b["steps"].append(state["step"])
             if "master_param" in state:
                 b["master_params"].append(state["master_param"])
         return buckets
@@ -238,8 +352,6 @@ class FusedOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            if not isinstance(group["lr"], Tensor):  # set by hand to a float
-                group["lr"] = as_lr_tensor(group["lr"], _group_device(group))
             buckets = self._buckets(group)
             # Clipping by the group's global grad norm: the op does it when the
             # group is one bucket; across buckets the clip folds into grad_scale.
@@ -270,22 +382,28 @@ class FusedOptimizer(Optimizer):
         pass  # derived from the state, see above
 
     def _clip_factor(self, buckets: dict[Any, dict[str, list[Tensor]]], max_norm: float) -> Tensor:
-        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group."""
-        total = torch.zeros((), dtype=torch.float64)
+        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group,
+        on the first bucket's device (no host sync: device-to-device copies only)."""
+        total = None
         for (device, _), bucket in buckets.items():
             norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
-            total = total + torch.stack(norms).double().square().sum().cpu()
-            grad_scale, _ = self._amp_args(device)
+            part = torch.stack(norms).double().square().sum()
+            total = part if total is None else total + part.to(total.device, non_blocking=True)
+            grad_scale, _ = self._amp_args(total.device)
         norm = total.sqrt()
         if grad_scale is not None:
-            norm = norm / grad_scale.double().cpu()
+            norm = norm / grad_scale.double()
         return (norm / max_norm).clamp(min=1.0).float()
 
     @staticmethod
-    def _bucket_lr(group: dict[str, Any], bucket: dict[str, list[Tensor]]) -> Tensor:
-        """The group's lr on the bucket's device (a copy only for mixed-device groups)."""
-        lr, device = group["lr"], bucket["params"][0].device
-        return lr if lr.device == device else lr.to(device, non_blocking=True)
+    def _on_bucket(value: Tensor, bucket: dict[str, list[Tensor]]) -> Tensor:
+        """A group's 0-d hyper-parameter on the bucket's device (a copy only for
+        mixed-device groups)."""
+        device = bucket["params"][0].device
+        return value if value.device == device else value.to(device, non_blocking=True)
+
+    def _bucket_lr(self, group: dict[str, Any], bucket: dict[str, list[Tensor]]) -> Tensor:
+        return self._on_bucket(group["lr"], bucket)
 
     def _step_bucket(
         self,

@@ -63,7 +63,8 @@ class Adagrad(FusedOptimizer):
 
     def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
         ops.adagrad_step_(
-            bucket["params"], bucket["grads"], bucket["sum"], bucket["steps"], self._bucket_lr(group, bucket),
-            group["lr_decay"], group["weight_decay"], group["eps"], group.get("maximize", False),
-            grad_scale, found_inf, bucket.get("master_params") or None,
+            bucket["params"], bucket["grads"], bucket["sum"], bucket["steps"], lr=self._bucket_lr(group, bucket),
+            lr_decay=group["lr_decay"], weight_decay=group["weight_decay"], eps=group["eps"],
+            maximize=group.get("maximize", False), grad_scale=grad_scale, found_inf=found_inf,
+            master_params=bucket.get("master_params") or None,
         )

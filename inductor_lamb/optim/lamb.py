@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer, check_betas, check_nonnegative
+from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -46,6 +46,7 @@ class Lamb(FusedOptimizer):
     """
 
     _state_keys = ("exp_avg", "exp_avg_sq")
+    _scheduled = {"lr": check_lr, "betas": check_betas}
 
     def __init__(
         self,
@@ -72,10 +73,12 @@ class Lamb(FusedOptimizer):
         super().__init__(params, defaults)
 
     def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        beta1, beta2 = group["betas"]
+        beta1, beta2 = (self._on_bucket(b, bucket) for b in group["betas"])
         ops.lamb_step_(
             bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"], bucket["steps"],
-            self._bucket_lr(group, bucket), beta1, beta2, group["eps"], group["weight_decay"], group["bias_correction"],
-            group["grad_averaging"], group["always_adapt"], group["trust_clip"], max_grad_norm,
-            grad_scale, found_inf, bucket.get("master_params") or None,
+            lr=self._bucket_lr(group, bucket), beta1=beta1, beta2=beta2, eps=group["eps"],
+            weight_decay=group["weight_decay"], bias_correction=group["bias_correction"],
+            grad_averaging=group["grad_averaging"], always_adapt=group["always_adapt"], trust_clip=group["trust_clip"],
+            max_grad_norm=max_grad_norm, grad_scale=grad_scale, found_inf=found_inf,
+            master_params=bucket.get("master_params") or None,
         )

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer, check_betas, check_nonnegative
+from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -47,6 +47,7 @@ class Lamb16(FusedOptimizer):
     _state_keys = ("exp_avg", "exp_avg_sq")
     _state_dtypes = {"exp_avg": torch.float8_e4m3fn, "exp_avg_sq": torch.float8_e5m2}
     _scalar_state_keys = ("exp_avg_scale", "exp_avg_sq_scale")
+    _scheduled = {"lr": check_lr, "betas": check_betas}
 
     def __init__(
         self,
@@ -71,10 +72,11 @@ class Lamb16(FusedOptimizer):
         return 1.0 if key in self._scalar_state_keys else 0.0
 
     def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        beta1, beta2 = group["betas"]
+        beta1, beta2 = (self._on_bucket(b, bucket) for b in group["betas"])
         ops.lamb16_step_(
             bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"],
-            bucket["exp_avg_scale"], bucket["exp_avg_sq_scale"], bucket["steps"], self._bucket_lr(group, bucket),
-            beta1, beta2, group["eps"], group["weight_decay"], group["trust_scale"],
-            grad_scale, found_inf, bucket.get("master_params") or None,
+            bucket["exp_avg_scale"], bucket["exp_avg_sq_scale"], bucket["steps"],
+            lr=self._bucket_lr(group, bucket), beta1=beta1, beta2=beta2, eps=group["eps"],
+            weight_decay=group["weight_decay"], trust_scale=group["trust_scale"],
+            grad_scale=grad_scale, found_inf=found_inf, master_params=bucket.get("master_params") or None,
         )

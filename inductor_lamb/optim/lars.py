@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from .. import ops
-from ._base import FusedOptimizer, check_nonnegative
+from ._base import FusedOptimizer, check_lr, check_momentum, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -60,11 +60,13 @@ class Lars(FusedOptimizer):
         rescale_grad: gradients are multiplied by this first.
         master_weights: float32 master copies of bfloat16/float16 params.
 
-    State per parameter: ``step``, ``momentum_buffer`` (float32, starts at zero), and
+    State per parameter: ``momentum_buffer`` (float32, starts at zero), and
     ``master_param`` with ``master_weights``.
     """
 
     _state_keys = ("momentum_buffer",)
+    _scheduled = {"lr": check_lr, "momentum": check_momentum}
+    _has_step = False
 
     def __init__(
         self,
@@ -101,7 +103,8 @@ class Lars(FusedOptimizer):
         weight_decays = [0.0 if self._no_decay(n) else wd for n in names] if self._excludes else wd
         adaptation = [not self._no_adapt(n) for n in names] if self._excludes else True
         ops.lars_step_(
-            bucket["params"], bucket["grads"], bucket["momentum_buffer"], self._bucket_lr(group, bucket), group["momentum"],
-            group["lars_coeff"], group["eps"], group["rescale_grad"], weight_decays, adaptation,
-            grad_scale, found_inf, bucket.get("master_params") or None,
+            bucket["params"], bucket["grads"], bucket["momentum_buffer"], lr=self._bucket_lr(group, bucket),
+            momentum=self._on_bucket(group["momentum"], bucket), lars_coeff=group["lars_coeff"], eps=group["eps"],
+            rescale_grad=group["rescale_grad"], weight_decay=weight_decays, layer_adaptation=adaptation,
+            grad_scale=grad_scale, found_inf=found_inf, master_params=bucket.get("master_params") or None,
         )

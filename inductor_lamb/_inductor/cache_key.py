@@ -1,0 +1,74 @@
+"""The FX graph cache must never serve code compiled on another path.
+
+Lowerings and decompositions are not part of Inductor's FX graph cache key, so a
+warm cache could serve code compiled on another path or by an older lowering.
+:class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid`` carries
+:data:`LOWERING_VERSION`, a hash of this folder's sources and every op's active
+path; :func:`install` appends it to
+``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
+user set there). That entry is the only Inductor config this package touches.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ..spec import SPECS
+
+# Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
+LOWERING_VERSION = "4"
+
+
+def _paths() -> str:
+    from .paths import compile_path
+
+    return ",".join(f"{name}={compile_path(name)}" for name in SPECS)
+
+
+try:
+    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
+except Exception:  # noqa: BLE001
+    _PassBase = object  # type: ignore[assignment,misc]
+
+
+class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
+    """A post-grad pass that changes nothing; its ``uuid`` puts the lowering
+    version and the active path into Inductor's FX graph cache key."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_paths()}"
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_hash() -> str:
+    """Hash of the files that generate the IR: an edit changes the key even if
+    nobody bumps LOWERING_VERSION."""
+    digest = hashlib.sha256()
+    for path in [*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parents[1] / "spec.py"]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+_CACHE_KEY_PASS = CacheKeyPass()
+
+
+def install() -> None:
+    if _PassBase is object:
+        return
+    from torch._inductor import config
+
+    current = config.post_grad_custom_post_pass
+    passes = list(current) if isinstance(current, (list, tuple)) else ([current] if current else [])
+    if any(isinstance(p, CacheKeyPass) for p in passes):
+        return  # already chained; its uuid follows compile_path()
+    if not passes:
+        config.post_grad_custom_post_pass = _CACHE_KEY_PASS
+    else:
+        config.post_grad_custom_post_pass = [*passes, _CACHE_KEY_PASS]

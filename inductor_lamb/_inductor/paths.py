@@ -1,0 +1,181 @@
+"""Installing the compile paths of each op (lowering, decomposition, external),
+with the fallback chain, ``set_compile_path`` / ``compile_path`` and the
+``INDUCTOR_LAMB_COMPILE_PATH`` environment variable. See the package docstring."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from ..spec import SPECS, check
+from . import arg_cap, cache_key
+
+__all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
+
+PATHS = ("lowering", "decomposition", "external")
+OPS = tuple(SPECS)
+
+# Per op name: its active path, its lowered OpOverload, its decomposition's Library.
+_state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
+
+
+def _step_functions() -> dict[str, Callable[..., None]]:
+    from .adagrad import adagrad_step
+    from .lamb import lamb_step
+    from .lamb16 import lamb16_step
+    from .lars import lars_step
+
+    return {"lamb_step_": lamb_step, "lamb16_step_": lamb16_step, "lars_step_": lars_step,
+            "adagrad_step_": adagrad_step}
+
+
+def compile_path(op: str | None = None) -> str:
+    """The active path of ``op`` (``"lamb_step_"``, ``"lamb16_step_"``, ...):
+    ``"lowering"``, ``"decomposition"`` or ``"external"``. Without ``op``: the
+    path all ops share, or ``"mixed"`` when they differ."""
+    if op is not None:
+        return _state["paths"].get(_check_op(op), "external")
+    paths = {_state["paths"].get(name, "external") for name in OPS}
+    return paths.pop() if len(paths) == 1 else "mixed"
+
+
+def _check_op(op: str) -> str:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    return op
+
+
+# ---- the paths -------------------------------------------------------------------
+
+
+def _install_lowering(name: str) -> None:
+    from torch._inductor.lowering import lowerings, register_lowering
+
+    from .backends import IRBackend
+
+    spec, step = SPECS[name], _step_functions()[name]
+
+    def lowering(*args: Any, **kwargs: Any) -> tuple[()]:
+        # (the fake implementation already ran the checks while tracing)
+        arg_cap.mark_graph()
+        step(IRBackend(), SimpleNamespace(**spec.bind(args, kwargs)))
+        return ()
+
+    register_lowering(spec.op, type_promotion_kind=None)(lowering)
+    _state["lowered"][name] = spec.op
+    assert spec.op in lowerings
+    arg_cap.lift_for_our_graphs()
+
+
+def _install_decomposition(name: str) -> None:
+    from .backends import TorchBackend
+
+    spec, step = SPECS[name], _step_functions()[name]
+
+    def decomposition(*args: Any, **kwargs: Any) -> None:
+        a = spec.bind(args, kwargs)
+        check(spec, a)  # the fake's checks: tracing applies the decomposition instead of it
+        step(TorchBackend(), SimpleNamespace(**a))
+
+    lib = torch.library.Library("lamb", "IMPL")
+    _state["libraries"][name] = lib
+    lib.impl(name, decomposition, "CompositeImplicitAutograd")
+
+
+def _uninstall(name: str) -> None:
+    op = _state["lowered"].pop(name, None)
+    if op is not None:
+        from torch._inductor.lowering import lowerings
+
+        lowerings.pop(op, None)
+    if not _state["lowered"]:
+        try:
+            arg_cap.restore()
+        except Exception:  # noqa: BLE001
+            pass
+    lib = _state["libraries"].pop(name, None)
+    if lib is not None:
+        lib._destroy()
+    _state["paths"].pop(name, None)
+
+
+_INSTALLERS = {"lowering": _install_lowering, "decomposition": _install_decomposition}
+
+
+def set_compile_path(path: str = "lowering", *, ops: str | list[str] | tuple[str, ...] | None = None,
+                     warn: bool = True) -> str:
+    """Installs ``path`` for ``ops`` (op names such as ``"lamb16_step_"``; default
+    all), or for each op the best path below it that installs, and returns the
+    path those ops now share (``"mixed"`` if a fallback split them). Other ops keep
+    their path. Graphs compiled before keep the code they were compiled with: call
+    ``torch._dynamo.reset()`` afterwards."""
+    if path not in PATHS:
+        raise ValueError(f"unknown compile path {path!r}; expected one of {PATHS}")
+    names = list(OPS) if ops is None else [_check_op(o) for o in ([ops] if isinstance(ops, str) else ops)]
+    if not names:
+        raise ValueError(f"ops is empty; name ops of {OPS}, or pass None for all")
+    errors: dict[str, list[str]] = {}
+    for name in names:
+        _uninstall(name)
+        for candidate in PATHS[PATHS.index(path):]:
+            if candidate == "external":
+                _state["paths"][name] = "external"
+                break
+            try:
+                _INSTALLERS[candidate](name)
+                _state["paths"][name] = candidate
+                break
+            except Exception as e:  # noqa: BLE001  (moved internals: any error means "not available")
+                _uninstall(name)
+                errors.setdefault(f"{candidate}: {type(e).__name__}: {e}", []).append(name)
+    active = {compile_path(name) for name in names}
+    if warn and errors:
+        reasons = "; ".join(f"{err} ({', '.join(n)})" for err, n in errors.items())
+        warnings.warn(
+            f"inductor_lamb: torch.compile uses the {active.pop() if len(active) == 1 else 'mixed'!r} path for "
+            f"{'torch.ops.lamb ops' if ops is None else ', '.join(names)} ({reasons}); compiled steps are slower "
+            "than with the Inductor lowering.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    cache_key.install()
+    active = {compile_path(name) for name in names}
+    return active.pop() if len(active) == 1 else "mixed"
+
+
+def _parse_env(value: str) -> list[tuple[str, str | None]]:
+    """``INDUCTOR_LAMB_COMPILE_PATH``: comma-separated ``path`` (every op) and
+    ``op=path`` items, applied in order; bad items are ignored with a warning."""
+    items: list[tuple[str, str | None]] = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        op, _, path = item.rpartition("=")
+        if path in PATHS and (not op or op in OPS):
+            items.append((path, op or None))
+        else:
+            warnings.warn(f"inductor_lamb: ignoring {item!r} in INDUCTOR_LAMB_COMPILE_PATH "
+                          f"(expected a path of {PATHS} or op=path with an op of {OPS})")
+    return items
+
+
+def install() -> str:
+    """Called once on import: the lowering for every op, then what
+    ``INDUCTOR_LAMB_COMPILE_PATH`` asks for, falling back as needed. Never raises."""
+    try:
+        items = _parse_env(os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", ""))
+        if not any(op is None for _, op in items):
+            items.insert(0, ("lowering", None))
+        for path, op in items:
+            set_compile_path(path, ops=op, warn=True)
+        return compile_path()
+    except Exception as e:  # noqa: BLE001  (import must never fail)
+        warnings.warn(f"inductor_lamb: could not set up torch.compile support ({e}); ops stay external calls")
+        for name in OPS:
+            _state["paths"][name] = "external"
+        return "external"
+
+
