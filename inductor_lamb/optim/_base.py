@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["FusedOptimizer", "ParamGroup", "as_lr_tensor", "check_betas", "check_nonnegative"]
+__all__ = ["FusedOptimizer", "ScheduledValues", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -61,75 +61,67 @@ def check_nonnegative(**values: float) -> None:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
-class ParamGroup(dict):
-    """A param group whose scheduled hyper-parameters are 0-d float32 tensors.
+class ScheduledValues:
+    """The 0-d float32 tensors of one param group's scheduled hyper-parameters.
 
     torch's schedulers write ``group["betas"] = (0.85, ...)`` or
     ``group["momentum"] = 0.9`` as new Python floats (they ``fill_`` in place only
     for ``lr``). A compiled step that read those floats would be guarded on their
-    values and recompile on every step. Here an assignment to a scheduled key is
-    validated and copied into the group's existing tensors instead, so the
-    compiled step keeps reading the same tensors and compiles once. Reading the
-    group gives tensors; ``repr`` and ``state_dict`` show plain numbers.
+    values and recompile on every step. So each group's values live in tensors
+    that :meth:`sync` fills from whatever was written (validated first) and puts
+    back into the group, before anything reads the group
+    (``FusedOptimizer.param_groups`` is a property that syncs). The group dicts
+    stay plain dicts (dynamo's optimizer support requires that).
     """
 
     def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
                  defaults: dict[str, Any]) -> None:
-        super().__init__(group)
-        # key -> validator of a new value as Python floats (raises torch.optim's ValueError)
-        object.__setattr__(self, "_scheduled", scheduled)
-        object.__setattr__(self, "_device", device)
+        self.scheduled, self.device, self.values = scheduled, device, {}
         for key, validate in scheduled.items():
-            if key not in self:
+            if key not in group:
                 continue
-            value = self[key]
+            value = group[key]
             validate(_as_floats(value))
             if isinstance(value, (tuple, list)):
                 shared = defaults.get(key) or ()
-                dict.__setitem__(self, key, tuple(self._own(v, any(v is d for d in shared)) for v in value))
+                self.values[key] = tuple(self._own(v, any(v is d for d in shared)) for v in value)
             else:
-                dict.__setitem__(self, key, self._own(value, value is defaults.get(key)))
+                self.values[key] = self._own(value, value is defaults.get(key))
+            group[key] = self.values[key]
 
     def _own(self, value: Any, shared: bool) -> Tensor:
         """A 0-d float32 tensor on the group's device that this group may fill in
         place: a user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
         if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == torch.float32 \
-                and value.device == self._device:
+                and value.device == self.device:
             return value
-        return as_lr_tensor(value, self._device).clone()
+        return as_lr_tensor(value, self.device).clone()
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in self._scheduled or key not in self:
-            return super().__setitem__(key, value)
-        self._scheduled[key](_as_floats(value))
-        current = self[key]
-        if isinstance(current, tuple):
-            super().__setitem__(key, tuple(self._assign(c, v) for c, v in zip(current, value)))
-        else:
-            super().__setitem__(key, self._assign(current, value))
+    def sync(self, group: dict[str, Any]) -> None:
+        for key, current in self.values.items():
+            value = group.get(key)
+            if value is current:
+                continue
+            self.scheduled[key](_as_floats(value))
+            if isinstance(current, tuple):
+                current = tuple(self._assign(c, v) for c, v in zip(current, value))
+            else:
+                current = self._assign(current, value)
+            self.values[key] = group[key] = current
 
     def _assign(self, current: Tensor, value: Any) -> Tensor:
         if value is current:
             return current
         if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == torch.float32 \
-                and value.device == self._device:
+                and value.device == self.device:
             return value  # the user hands in a tensor of their own
         current.fill_(value)
         return current
 
-    def __reduce__(self):  # (pickle would call __setitem__ before __init__)
-        return ParamGroup, (dict(self), self._scheduled, self._device, {})
 
-    def plain(self) -> dict[str, Any]:
-        """The group with 0-d tensors as Python floats (what state_dict saves)."""
-        out = dict(self)
-        for key in self._scheduled:
-            if key in out:
-                out[key] = _as_floats(out[key])
-        return out
-
-    def __repr__(self) -> str:
-        return repr(self.plain())
+def plain_group(group: dict[str, Any], keys) -> dict[str, Any]:
+    """The group with its scheduled 0-d tensors as Python floats (state_dict, repr)."""
+    return {k: (_as_floats(v) if k in keys else v) for k, v in group.items()}
 
 
 def _as_floats(value: Any) -> Any:
@@ -185,9 +177,34 @@ class FusedOptimizer(Optimizer):
 
     # ---- param groups and state -------------------------------------------------
 
+    # The param groups, synced with what schedulers wrote (ScheduledValues) on every read:
+    # dynamo's guards read this property too, so a compiled step always sees the tensors.
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups = self.__dict__["_groups"]
+        if not torch.compiler.is_compiling():  # (traced code reads what the guards saw)
+            for group, values in zip(groups, self.__dict__["_group_values"]):
+                values.sync(group)
+        return groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.__dict__["_groups"] = groups
+        self.__dict__["_group_values"] = [self._scheduled_values(g) for g in groups]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # (torch.optim puts param_groups straight into __dict__, past the property)
+        state = dict(state)
+        groups = state.pop("param_groups", None)
+        super().__setstate__(state)
+        if groups is not None:
+            self.param_groups = groups
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
-        group = self.param_groups[-1] = self._param_group(self.param_groups[-1])
+        groups = self.__dict__["_groups"]
+        self.__dict__["_group_values"].append(self._scheduled_values(groups[-1]))
+        group = groups[-1]
         for p in group["params"]:
             if p.dtype not in (torch.float32, *_LOW_PRECISION):
                 raise TypeError(
@@ -201,8 +218,8 @@ class FusedOptimizer(Optimizer):
             if p.requires_grad:
                 self._init_state(p, group, master=False)
 
-    def _param_group(self, group: dict[str, Any]) -> ParamGroup:
-        return ParamGroup(group, self._scheduled, _group_device(group), self.defaults)
+    def _scheduled_values(self, group: dict[str, Any]) -> ScheduledValues:
+        return ScheduledValues(group, self._scheduled, _group_device(group), self.defaults)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
@@ -252,7 +269,7 @@ class FusedOptimizer(Optimizer):
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
-            plain = group.plain() if isinstance(group, ParamGroup) else group
+            plain = plain_group(group, self._scheduled)
             lines.append(f"Parameter Group {i}")
             lines += [f"    {key}: {plain[key]}" for key in sorted(plain) if key != "params"]
         return "\n".join(lines) + "\n)"
@@ -284,7 +301,7 @@ class FusedOptimizer(Optimizer):
             step = state.pop("step", None)
             if step is not None and self._has_step:  # (releases up to 0.1.0 kept a dead LARS step)
                 state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
-        self.param_groups[:] = [self._param_group(dict(group)) for group in self.param_groups]
+        self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Resets the gradients of all optimized tensors, like
