@@ -22,7 +22,8 @@ torch's LR schedulers change per step) are 0-d float32 tensors on the params'
 device, like ``lr``: a new value never recompiles a graph and never syncs the
 host. Their values are data, so no kernel checks their range (a compiled step
 could not do the same at trace time); the wrappers check a Python float before
-turning it into a tensor, and the optimizers check values when they are set.
+turning it into a tensor, and the optimizers check values written into their
+param groups.
 """
 
 from __future__ import annotations
