@@ -6,10 +6,11 @@ keyword (``lamb_step_(params, grads, m, v, steps, lr=lr, beta1=0.9)``); Python
 floats of scheduled hyper-parameters (``lr``, ``beta1``, ``beta2``,
 ``momentum``) become 0-d float32 tensors on the params' device.
 
-Every op updates lists in place and returns nothing, so a fake implementation
-allocates nothing: it runs the kernels' argument checks (:func:`spec.check`),
+A fake implementation runs the kernels' argument checks (:func:`spec.check`),
 so every compile path rejects a bad call at trace time with the eager error,
-before any tensor is touched.
+before any tensor is touched. Step and apply ops update lists in place and
+return nothing; a reduce op returns its float32 ``[len(params), k]`` reductions
+(two-phase protocol: :mod:`inductor_lamb.spec`).
 """
 
 from __future__ import annotations
@@ -18,23 +19,51 @@ from typing import Any
 
 import torch
 
-from .spec import SPECS, check
+from torch import Tensor
 
-__all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
+from .spec import SPECS, check, device_of
+
+__all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "lamb_reduce_", "lamb_apply_",
+           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_"]
 
 lamb_step_ = SPECS["lamb_step_"].wrapper()
 lamb16_step_ = SPECS["lamb16_step_"].wrapper()
 lars_step_ = SPECS["lars_step_"].wrapper()
 adagrad_step_ = SPECS["adagrad_step_"].wrapper()
-for _f in (lamb_step_, lamb16_step_, lars_step_, adagrad_step_):
-    _f.__module__ = __name__
+lamb_reduce_ = SPECS["lamb_reduce_"].wrapper()
+lamb_apply_ = SPECS["lamb_apply_"].wrapper()
+lamb16_reduce_ = SPECS["lamb16_reduce_"].wrapper()
+lamb16_apply_ = SPECS["lamb16_apply_"].wrapper()
+lars_reduce = SPECS["lars_reduce"].wrapper()
+lars_apply_ = SPECS["lars_apply_"].wrapper()
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+__all__ += ["clip_factor"]
+
+
+def clip_factor(grad_sumsq: Tensor, max_grad_norm: float, grad_scale: Tensor | None = None) -> Tensor:
+    """Global grad-norm clipping as a factor to fold into ``grad_scale`` (step 1 of
+    the two-phase protocol, and clipping across an optimizer's buckets):
+    ``max(1, ||grads / grad_scale|| / max_grad_norm)`` as a 0-d float32 tensor,
+    where ``grad_sumsq`` is the sum of squares of all the raw grads (over every
+    bucket and, when sharded, every rank). Tensor math only: no host sync.
+    Pass ``grad_scale * clip_factor(...)`` as ``grad_scale`` and ``max_grad_norm=0``."""
+    norm = grad_sumsq.double().sqrt()
+    if grad_scale is not None:
+        norm = norm / grad_scale.to(norm.device).double().reshape(())
+    return (norm / max_grad_norm).clamp(min=1.0).float()
 
 
 def _register_fakes() -> None:
     for name, spec in SPECS.items():
 
-        def fake(*args: Any, _spec=spec, **kwargs: Any) -> None:
-            check(_spec, _spec.bind(args, kwargs))
+        def fake(*args: Any, _spec=spec, **kwargs: Any) -> Tensor | None:
+            a = _spec.bind(args, kwargs)
+            check(_spec, a)
+            if _spec.phase == "reduce":
+                return torch.empty((len(a["params"]), len(_spec.reductions)), dtype=torch.float32,
+                                   device=device_of(a))
+            return None
 
         torch.library.register_fake(f"lamb::{name}")(fake)
 

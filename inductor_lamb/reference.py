@@ -14,7 +14,8 @@ from torch import Tensor
 
 from .spec import SPECS, Role
 
-__all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "FP8_MAX", "fp8_scale", "fp8_encode"]
+__all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
+           "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode"]
 
 # Largest finite value of each float8 format LAMB16 stores.
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -43,13 +44,43 @@ def _reference(op: str):
     return decorate
 
 
-@_reference("lamb_step_")
-def lamb_step(a: SimpleNamespace) -> None:
-    """LAMB (NVIDIA apex FusedLAMB semantics, adam_w_mode=True), in place."""
-    if a.found_inf is not None and float(a.found_inf) != 0.0:
-        return
-    # Only tensor ops past this point (no host syncs): the reference also serves as
-    # the "plain torch" baseline that benchmarks run eagerly and under torch.compile.
+def _two_phase(step_op: str, reduce_body, apply_body):
+    """The reference one-call step, reduce and apply functions of a layer-wise op
+    from its two phases: ``reduce_body(a)`` returns the [n, k] reductions,
+    ``apply_body(a, reductions)`` finishes; the step is one then the other.
+    When ``found_inf`` is set, reduce returns zeros and nothing is written."""
+    spec = SPECS[step_op]
+    k = len(spec.reductions)
+
+    def skipped(a) -> bool:
+        return a.found_inf is not None and float(a.found_inf) != 0.0
+
+    def reduce(a):
+        if skipped(a):
+            dtype = a.params[0].dtype if len(a.params) else torch.float32
+            return torch.zeros((len(a.params), k), dtype=dtype)
+        if not len(a.params):
+            return torch.zeros((0, k))
+        return torch.stack([torch.stack(list(col)) for col in reduce_body(a)], dim=1)
+
+    def apply(a, reductions):
+        if not skipped(a) and len(a.params):
+            apply_body(a, reductions.unbind(1))
+
+    base = step_op.removesuffix("_step_")
+    step = _reference(step_op)(_named(lambda a: apply(a, reduce(a)), f"{base}_step", apply_body.__doc__))
+    red = _reference(spec.reduce_op)(_named(reduce, f"{base}_reduce", reduce_body.__doc__))
+    app = _reference(spec.apply_op)(_named(lambda a: apply(a, a.reductions), f"{base}_apply", apply_body.__doc__))
+    return step, red, app
+
+
+def _named(f, name: str, doc: str | None):
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = doc
+    return f
+
+
+def _lamb_grads(a) -> list[Tensor]:
     gs = list(a.grads)
     if a.grad_scale is not None:
         gs = [g / a.grad_scale for g in gs]
@@ -57,23 +88,45 @@ def lamb_step(a: SimpleNamespace) -> None:
         norm = torch.stack([(g.to(torch.float64) ** 2).sum() for g in gs]).sum().sqrt()
         clip = (norm / a.max_grad_norm).clamp(min=1.0)
         gs = [g / clip.to(g.dtype) for g in gs]
+    return gs
+
+
+def _lamb_update(a, p: Tensor, m: Tensor, v: Tensor, step: Tensor) -> Tensor:
+    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p."""
+    if a.bias_correction:
+        bc1 = 1.0 - torch.pow(a.beta1, step).to(p.dtype)
+        bc2 = 1.0 - torch.pow(a.beta2, step).to(p.dtype)
+        u = (m / bc1) / ((v / bc2).sqrt() + a.eps)
+    else:
+        u = m / (v.sqrt() + a.eps)
+    return u + a.weight_decay * p if a.weight_decay != 0 else u
+
+
+def _lamb_reduce(a):
+    """LAMB pass 1 (apex FusedLAMB, adam_w_mode=True): steps, m, v updated in place;
+    per tensor ||p||^2 and ||u||^2."""
+    # Only tensor ops past the found_inf check (no host syncs): the reference also
+    # serves as the "plain torch" baseline that benchmarks run eagerly and under torch.compile.
     beta1, beta2 = a.beta1, a.beta2
     beta3 = 1.0 - beta1 if a.grad_averaging else 1.0
-    adapt = a.weight_decay != 0 or a.always_adapt
-    for p, g, m, v, step in zip(a.params, gs, a.exp_avgs, a.exp_avg_sqs, a.steps):
+    p_sq, u_sq = [], []
+    for p, g, m, v, step in zip(a.params, _lamb_grads(a), a.exp_avgs, a.exp_avg_sqs, a.steps):
         step += 1
         m.mul_(beta1).add_(g * beta3)
         v.mul_(beta2).add_(g * g * (1.0 - beta2))
-        if a.bias_correction:
-            bc1 = 1.0 - torch.pow(beta1, step).to(p.dtype)
-            bc2 = 1.0 - torch.pow(beta2, step).to(p.dtype)
-            u = (m / bc1) / ((v / bc2).sqrt() + a.eps)
-        else:
-            u = m / (v.sqrt() + a.eps)
-        if a.weight_decay != 0:
-            u = u + a.weight_decay * p
+        u = _lamb_update(a, p, m, v, step)
+        p_sq.append((p * p).sum())
+        u_sq.append((u * u).sum())
+    return p_sq, u_sq
+
+
+def _lamb_apply(a, reductions) -> None:
+    """LAMB (NVIDIA apex FusedLAMB semantics, adam_w_mode=True), in place."""
+    adapt = a.weight_decay != 0 or a.always_adapt
+    for p, m, v, step, p_sq, u_sq in zip(a.params, a.exp_avgs, a.exp_avg_sqs, a.steps, *reductions):
+        u = _lamb_update(a, p, m, v, step)
         if adapt:
-            p_norm, u_norm = p.norm(), u.norm()
+            p_norm, u_norm = p_sq.sqrt().to(p.dtype), u_sq.sqrt().to(p.dtype)
             ratio = torch.where((p_norm > 0) & (u_norm > 0), p_norm / u_norm, torch.ones_like(p_norm))
             if a.trust_clip:
                 ratio = ratio.clamp(max=1.0)
@@ -81,13 +134,21 @@ def lamb_step(a: SimpleNamespace) -> None:
         p.sub_(a.lr * u)
 
 
-def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """The per-tensor float32 scale LAMB16 stores ``x`` with: ``amax(|x|)`` maps to
-    the largest finite value of ``dtype`` (so nothing saturates and the bulk of a
-    heavy-tailed tensor stays in float8's normal range), floored at FLT_MIN so an
-    all-zero tensor still gets a finite, nonzero scale."""
-    amax = x.abs().amax() if x.numel() else x.new_zeros(())
+lamb_step, lamb_reduce, lamb_apply = _two_phase("lamb_step_", _lamb_reduce, _lamb_apply)
+
+
+def fp8_scale_of_amax(amax: Tensor, dtype: torch.dtype) -> Tensor:
+    """The per-tensor float32 scale LAMB16 stores a tensor whose largest magnitude
+    is ``amax`` with: ``amax`` maps to the largest finite value of ``dtype`` (so
+    nothing saturates and the bulk of a heavy-tailed tensor stays in float8's
+    normal range), floored at FLT_MIN so an all-zero tensor still gets a finite,
+    nonzero scale."""
     return (amax.float() / FP8_MAX[dtype]).clamp(min=_FLT_MIN)
+
+
+def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`fp8_scale_of_amax` of ``x``."""
+    return fp8_scale_of_amax(x.abs().amax() if x.numel() else x.new_zeros(()), dtype)
 
 
 def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
@@ -98,34 +159,55 @@ def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     return (x * inv).clamp(-hi, hi).to(dtype)
 
 
-@_reference("lamb16_step_")
-def lamb16_step(a: SimpleNamespace) -> None:
-    """LAMB16 (LAMB with float8 moments), in place.
-
-    The math runs in the params' dtype; ``exp_avgs`` (float8_e4m3fn),
-    ``exp_avg_sqs`` (float8_e5m2) and their 0-d float32 scales are updated in place.
-    """
-    if a.found_inf is not None and float(a.found_inf) != 0.0:
-        return
-    beta1, beta2, lr = a.beta1, a.beta2, a.lr
-    for p, g, m8, v8, sm, sv, step in zip(a.params, a.grads, a.exp_avgs, a.exp_avg_sqs, a.exp_avg_scales,
-                                          a.exp_avg_sq_scales, a.steps):
-        step += 1
+def _lamb16_moments(a):
+    """Per tensor (p, m, v, u, step) of this step in the params' dtype, from the
+    stored float8 moments and the old scales."""
+    beta1, beta2 = a.beta1, a.beta2
+    for p, g, m8, v8, sm, sv in zip(a.params, a.grads, a.exp_avgs, a.exp_avg_sqs, a.exp_avg_scales,
+                                    a.exp_avg_sq_scales):
         g = g.to(p.dtype)
         if a.grad_scale is not None:
             g = g * (1.0 / a.grad_scale)
         # beta * old scale is one float32 per tensor, as in the kernels.
         m = m8.to(p.dtype) * (beta1 * sm).to(p.dtype) + (1.0 - beta1) * g
         v = v8.to(p.dtype) * (beta2 * sv).to(p.dtype) + (1.0 - beta2) * (g * g)
-        u = m / (v.sqrt() + a.eps) + a.weight_decay * p
-        p_norm, u_norm = p.norm(), u.norm()
+        yield p, m, v, m / (v.sqrt() + a.eps) + a.weight_decay * p
+
+
+def _lamb16_reduce(a):
+    """LAMB16 pass 1 (steps += 1, nothing else written): per tensor ||p||^2,
+    ||u||^2, max |m|, max v."""
+    for step in a.steps:
+        step += 1
+    cols = ([], [], [], [])
+    for p, m, v, u in _lamb16_moments(a):
+        for col, x in zip(cols, ((p * p).sum(), (u * u).sum(), m.abs().amax() if m.numel() else m.new_zeros(()),
+                                 v.amax() if v.numel() else v.new_zeros(()))):
+            col.append(x)
+    return cols
+
+
+def _lamb16_apply(a, reductions) -> None:
+    """LAMB16 (LAMB with float8 moments), in place.
+
+    The math runs in the params' dtype; ``exp_avgs`` (float8_e4m3fn),
+    ``exp_avg_sqs`` (float8_e5m2) and their 0-d float32 scales are updated in place.
+    """
+    lr = a.lr
+    rows = list(zip(_lamb16_moments(a), a.exp_avgs, a.exp_avg_sqs, a.exp_avg_scales, a.exp_avg_sq_scales,
+                    *reductions))
+    for (p, m, v, u), m8, v8, sm, sv, p_sq, u_sq, m_amax, v_amax in rows:
+        p_norm, u_norm = p_sq.sqrt().to(p.dtype), u_sq.sqrt().to(p.dtype)
         ratio = (p_norm / u_norm * 1e-3 / lr).pow(a.trust_scale).clamp(0.0, 2.0)
         ratio = torch.where((p_norm > 0) & (u_norm > 0), ratio, torch.ones_like(ratio))
         p.sub_(lr * ratio * u)
-        sm.copy_(fp8_scale(m, m8.dtype))
-        sv.copy_(fp8_scale(v, v8.dtype))
+        sm.copy_(fp8_scale_of_amax(m_amax, m8.dtype))
+        sv.copy_(fp8_scale_of_amax(v_amax, v8.dtype))
         m8.copy_(fp8_encode(m, sm, m8.dtype))
         v8.copy_(fp8_encode(v, sv, v8.dtype))
+
+
+lamb16_step, lamb16_reduce, lamb16_apply = _two_phase("lamb16_step_", _lamb16_reduce, _lamb16_apply)
 
 
 def _per_param(values, n: int, if_empty) -> list:
@@ -134,24 +216,32 @@ def _per_param(values, n: int, if_empty) -> list:
     return [if_empty] * n if not values else (values * n if len(values) == 1 else values)
 
 
-@_reference("lars_step_")
-def lars_step(a: SimpleNamespace) -> None:
+def _lars_grads(a):
+    for g in a.grads:
+        g = g * a.rescale_grad
+        yield g / a.grad_scale if a.grad_scale is not None else g
+
+
+def _lars_reduce(a):
+    """LARS layer norms (nothing written): per tensor ||p||^2 and ||g||^2."""
+    return [(p * p).sum() for p in a.params], [(g * g).sum() for g in _lars_grads(a)]
+
+
+def _lars_apply(a, reductions) -> None:
     """LARS (You et al. 2017; PaddlePaddle ``lars_momentum``), in place."""
-    if a.found_inf is not None and float(a.found_inf) != 0.0:
-        return
     n, lr = len(a.params), a.lr
     wds, adapts = _per_param(a.weight_decay, n, 0.0), _per_param(a.layer_adaptation, n, True)
-    for p, g, v, wd, adapt in zip(a.params, a.grads, a.momentum_buffers, wds, adapts):
-        g = g * a.rescale_grad
-        if a.grad_scale is not None:
-            g = g / a.grad_scale
+    for p, g, v, wd, adapt, p_sq, g_sq in zip(a.params, _lars_grads(a), a.momentum_buffers, wds, adapts, *reductions):
         local_lr = lr * torch.ones((), dtype=p.dtype)
         if adapt and wd > 0:
-            p_norm, g_norm = p.norm(), g.norm()
+            p_norm, g_norm = p_sq.sqrt().to(p.dtype), g_sq.sqrt().to(p.dtype)
             trust = lr * a.lars_coeff * p_norm / (g_norm + wd * p_norm + a.eps)
             local_lr = torch.where((p_norm > 0) & (g_norm > 0), trust, local_lr)
         v.mul_(a.momentum).add_(local_lr * (g + wd * p))
         p.sub_(v)
+
+
+lars_step, lars_reduce, lars_apply = _two_phase("lars_step_", _lars_reduce, _lars_apply)
 
 
 @_reference("adagrad_step_")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import SimpleNamespace
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Role", "Arg", "OpSpec", "SPECS", "check", "spec_of"]
+__all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "check", "spec_of"]
 
 
 class Role(Enum):
@@ -54,10 +54,13 @@ class Role(Enum):
     BOOL = "bool"
     FLOATS = "floats"        # one float for every param, or one per param
     BOOLS = "bools"          # none, one for every param, or one per param
+    REDUCTIONS = "reductions"  # an apply op's input: float32 [n, k], the reduce op's (all-reduced) output
 
 
 REQUIRED = inspect.Parameter.empty
 _LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS, Role.MASTER)
+_POSITIONAL = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS, Role.REDUCTIONS)
+_WRITABLE = (Role.PARAMS, Role.STATE, Role.SCALARS, Role.MASTER)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,18 @@ class Arg:
             Role.SCALARS: "Sequence[Tensor]", Role.MASTER: "Sequence[Tensor] | None",
             Role.TENSOR: "Tensor | float", Role.OPT_TENSOR: "Tensor | None", Role.FLOAT: "float",
             Role.BOOL: "bool", Role.FLOATS: "float | Sequence[float]", Role.BOOLS: "bool | Sequence[bool]",
+            Role.REDUCTIONS: "Tensor",
         }[self.role]
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One column of a two-phase op's reductions: a per-tensor partial value and
+    how partials of the shards of one tensor combine into the full tensor's."""
+
+    name: str
+    combine: str  # "sum" or "max"
+    doc: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,12 @@ class OpSpec:
     args: tuple[Arg, ...]    # in schema order
     summary: str             # one line for the wrapper's docstring
     reference: str           # name of the float64-capable function in inductor_lamb.reference
+    # Two-phase form (layer-wise ops): the columns of the reductions, and the
+    # phase this spec describes ("step": the one-call op, "reduce", "apply").
+    reductions: tuple[Reduction, ...] = ()
+    phase: str = "step"
+    step: str = ""           # the one-call op of a phase ("" for a one-call op)
+    writes: tuple[str, ...] | None = None  # lists this op writes (None: every writable list)
 
     @property
     def op(self) -> torch._ops.OpOverload:
@@ -102,8 +122,27 @@ class OpSpec:
     def names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args)
 
+    @property
+    def reduce_op(self) -> str:
+        return self.name.replace("_step_", "_reduce_" if self.name != "lars_step_" else "_reduce")
+
+    @property
+    def apply_op(self) -> str:
+        return self.name.replace("_step_", "_apply_")
+
     def of(self, role: Role) -> tuple[Arg, ...]:
         return tuple(a for a in self.args if a.role is role)
+
+    @property
+    def mutates(self) -> frozenset[str]:
+        """The arguments this op writes in place."""
+        if self.writes is not None:
+            return frozenset(self.writes)
+        return frozenset(a.name for a in self.args if a.role in _WRITABLE)
+
+    @property
+    def returns(self) -> str:
+        return "Tensor" if self.phase == "reduce" else "None"
 
     def signature(self, *, master: bool = True) -> inspect.Signature:
         """Tensor lists positional, hyper-parameters keyword-only."""
@@ -111,10 +150,10 @@ class OpSpec:
         for a in self.args:
             if a.role is Role.MASTER and not master:
                 continue
-            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if a.role in _LISTS and a.role is not Role.MASTER \
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if a.role in _POSITIONAL \
                 else inspect.Parameter.KEYWORD_ONLY
             params.append(inspect.Parameter(a.name, kind, default=a.default, annotation=a.annotation))
-        return inspect.Signature(params, return_annotation="None")
+        return inspect.Signature(params, return_annotation=self.returns)
 
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """An op call's arguments by name (schema order), spec defaults filled in."""
@@ -134,7 +173,7 @@ class OpSpec:
         """Converts a wrapper call's values to what the op takes: Python floats of
         scheduled hyper-parameters become 0-d float32 tensors on the params' device
         (range-checked first), one float / bool per-param options become lists."""
-        device = _device(self, bound)
+        device = device_of(bound)
         out = []
         for a in self.args:
             v = bound[a.name]
@@ -170,11 +209,11 @@ class OpSpec:
         call = scope[name]
         call.__qualname__ = name
         call.__doc__ = doc if doc is not None else body.__doc__
-        call.__annotations__ = {p.name: p.annotation for p in params} | {"return": "None"}
+        call.__annotations__ = {p.name: p.annotation for p in params} | {"return": self.returns}
         call.__module__ = getattr(body, "__module__", __name__)
         return call
 
-    def wrapper(self) -> Callable[..., None]:
+    def wrapper(self) -> Callable[..., Any]:
         """The typed Python function that calls the op."""
         doc = f"{self.summary}\n\nArguments (the math: DESIGN.md, inductor_lamb.reference):\n\n" + "\n".join(
             f"    {a.name} ({a.annotation}{'' if a.default is REQUIRED else f', default {a.default!r}'}): {a.doc}"
@@ -232,7 +271,8 @@ LAMB = OpSpec("lamb_step_", (
     Arg("trust_clip", Role.BOOL, False, doc="trust ratio clipped at 1"),
     Arg("max_grad_norm", Role.FLOAT, 0.0, doc="> 0: clip by the global norm of all grads of the call"),
     *_common_tail(),
-), "One LAMB step (apex FusedLAMB semantics) over whole lists of tensors, in place.", "lamb_step")
+), "One LAMB step (apex FusedLAMB semantics) over whole lists of tensors, in place.", "lamb_step",
+    (Reduction("p_sumsq", "sum", "||p||^2"), Reduction("u_sumsq", "sum", "||u||^2")))
 
 LAMB16 = OpSpec("lamb16_step_", (
     Arg("params", Role.PARAMS, doc=_P), Arg("grads", Role.GRADS, doc=_G),
@@ -247,7 +287,9 @@ LAMB16 = OpSpec("lamb16_step_", (
     Arg("weight_decay", Role.FLOAT, 0.0, doc="decoupled weight decay inside the update u"),
     Arg("trust_scale", Role.FLOAT, 0.382, doc="exponent of the lr-rescaled trust ratio (0: no adaptation)"),
     *_common_tail(),
-), "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.", "lamb16_step")
+), "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.", "lamb16_step",
+    (Reduction("p_sumsq", "sum", "||p||^2"), Reduction("u_sumsq", "sum", "||u||^2"),
+     Reduction("m_amax", "max", "max |m| of the new m"), Reduction("v_amax", "max", "max v of the new v")))
 
 LARS = OpSpec("lars_step_", (
     Arg("params", Role.PARAMS, doc=_P), Arg("grads", Role.GRADS, doc=_G),
@@ -260,7 +302,8 @@ LARS = OpSpec("lars_step_", (
     Arg("weight_decay", Role.FLOATS, (0.0005,), doc="one value, or one per param (excluded layers: 0)"),
     Arg("layer_adaptation", Role.BOOLS, (), doc="one value, or one per param; none: all adapted"),
     *_common_tail(),
-), "One LARS step over all layers (PaddlePaddle merged lars_momentum semantics), in place.", "lars_step")
+), "One LARS step over all layers (PaddlePaddle merged lars_momentum semantics), in place.", "lars_step",
+    (Reduction("p_sumsq", "sum", "||p||^2"), Reduction("g_sumsq", "sum", "||g||^2 of the rescaled grads")))
 
 ADAGRAD = OpSpec("adagrad_step_", (
     Arg("params", Role.PARAMS, doc=_P), Arg("grads", Role.GRADS, doc=_G),
@@ -274,7 +317,53 @@ ADAGRAD = OpSpec("adagrad_step_", (
     *_common_tail(),
 ), "One Adagrad step (exactly torch.optim.Adagrad) over whole lists, in place.", "adagrad_step")
 
-SPECS: dict[str, OpSpec] = {s.name: s for s in (LAMB, LAMB16, LARS, ADAGRAD)}
+
+# ---- two-phase forms -------------------------------------------------------------------
+# A layer-wise step needs per-tensor reductions (norms, amaxes) between its two
+# passes. Its *reduce* op does pass 1 and returns them as one float32 [n, k]
+# tensor (column j: ``reductions[j]``); its *apply* op takes them, after the
+# caller may have combined the partials of each tensor's shards across ranks
+# (``combine``: sum or max), and does pass 2. Both take the one-call op's
+# arguments (apply: plus ``reductions`` after the tensor lists), so they check
+# the same things; the one-call op is exactly reduce then apply, bit for bit.
+#
+# Protocol of a sharded step (each rank holds shards of the same tensors):
+#   1. with global grad clipping only: the sum of squares of the local grads,
+#      combined (sum) across ranks, gives the clip factor; fold it into
+#      grad_scale and pass max_grad_norm=0 (the clip must be known before pass 1
+#      writes the moments, so it cannot ride on the reduce op's collective);
+#   2. r = <op>_reduce(...): local partials;
+#   3. combine r across the ranks sharding each tensor (one collective);
+#   4. <op>_apply_(..., r, ...).
+# At most 2 collectives per step, 1 without clipping; no host sync.
+
+
+def _two_phase(step: OpSpec, reduce_writes: tuple[str, ...], apply_writes: tuple[str, ...]) -> tuple[OpSpec, OpSpec]:
+    """The reduce and apply specs of a layer-wise step (``lars_reduce`` writes
+    nothing, hence no trailing underscore)."""
+    reduce_name, apply_name = step.reduce_op, step.apply_op
+    cols = ", ".join(f"{c.name} ({c.combine})" for c in step.reductions)
+    reduce = replace(step, name=reduce_name, phase="reduce", step=step.name, writes=reduce_writes,
+                     reference=step.reference.replace("_step", "_reduce"),
+                     summary=f"Phase 1 of {step.name}: pass 1, returns the per-tensor partial reductions "
+                             f"as float32 [len(params), {len(step.reductions)}]: {cols}.")
+    lr = step.names.index("lr")
+    apply_args = (*step.args[:lr], Arg("reductions", Role.REDUCTIONS, doc=f"float32 [len(params), "
+                  f"{len(step.reductions)}] from {reduce_name}, each column combined across shards: {cols}"),
+                  *step.args[lr:])
+    apply = replace(step, name=apply_name, args=apply_args, phase="apply", step=step.name, writes=apply_writes,
+                    reference=step.reference.replace("_step", "_apply"),
+                    summary=f"Phase 2 of {step.name}: finishes the step from {reduce_name}'s reductions.")
+    return reduce, apply
+
+
+LAMB_REDUCE, LAMB_APPLY = _two_phase(LAMB, ("exp_avgs", "exp_avg_sqs", "steps"), ("params", "master_params"))
+LAMB16_REDUCE, LAMB16_APPLY = _two_phase(
+    LAMB16, ("steps",), ("params", "exp_avgs", "exp_avg_sqs", "exp_avg_scales", "exp_avg_sq_scales", "master_params"))
+LARS_REDUCE, LARS_APPLY = _two_phase(LARS, (), ("params", "momentum_buffers", "master_params"))
+
+SPECS: dict[str, OpSpec] = {s.name: s for s in (LAMB, LAMB16, LARS, ADAGRAD, LAMB_REDUCE, LAMB_APPLY, LAMB16_REDUCE,
+                                                LAMB16_APPLY, LARS_REDUCE, LARS_APPLY)}
 
 
 def spec_of(name: str) -> OpSpec:
@@ -305,7 +394,7 @@ def _shape(t: Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
-def _device(spec: OpSpec, a: dict[str, Any]) -> torch.device:
+def device_of(a: dict[str, Any]) -> torch.device:
     """Where the op runs: the params' device (the lr's for an empty call)."""
     params = a["params"]
     if len(params):
@@ -322,7 +411,7 @@ def check(spec: OpSpec, a: dict[str, Any]) -> None:
     def fail(msg: str) -> None:
         raise RuntimeError(f"{op}: {msg}")
 
-    device = _device(spec, a)
+    device = device_of(a)
     params, grads = a["params"], a["grads"]
     n = len(params)
     rows = [(x.name, a[x.name], x.dtype) for x in (*spec.of(Role.STATE), *spec.of(Role.MASTER)) if a[x.name] is not None]
@@ -396,3 +485,11 @@ def check(spec: OpSpec, a: dict[str, Any]) -> None:
         elif x.role is Role.BOOLS:
             if len(v) > 1 and len(v) != n:
                 fail(f"{x.name} has {len(v)} values; expected 0, 1 or one per param ({n})")
+    for x in spec.of(Role.REDUCTIONS):  # last, as the kernels check it
+        t, k = a[x.name], len(spec.reductions)
+        if t.layout != torch.strided or t.dim() != 2 or tuple(t.shape) != (n, k):
+            fail(f"{x.name} must have shape [{n}, {k}] (params x partial reductions), got {_shape(t)}")
+        if t.dtype != torch.float32:
+            fail(f"{x.name} must be float32, got {_dtype(t.dtype)}")
+        if t.device != device:
+            fail(f"{x.name} is on {t.device} but expected {device}")

@@ -66,7 +66,7 @@ NONNEGATIVE = ("exp_avg_sqs", "state_sums")
 def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | None = None) -> list:
     """Random list arguments of op ``name`` in schema order, one per list argument of
     its spec: params/grads, state lists (float32 or float8 with matching scales),
-    0-d scalars (steps 2.0)."""
+    0-d scalars (steps 2.0), and an apply op's reductions."""
     p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
     out = []
     for a in SPECS[name].args:
@@ -83,6 +83,9 @@ def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | Non
         elif a.role is Role.SCALARS:
             value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
             t = [torch.tensor(value) for _ in shapes]
+        elif a.role is Role.REDUCTIONS:  # plausible (positive) partial reductions
+            out.append(torch.rand(len(shapes), len(SPECS[name].reductions), generator=torch.Generator().manual_seed(seed)) + 0.1)
+            continue
         else:
             continue
         if layout is not None and a.role in (Role.PARAMS, Role.GRADS, Role.STATE):

@@ -33,10 +33,10 @@ def test_spec_matches_registered_schema(name):
         expected = {Role.PARAMS: "List[Tensor]", Role.GRADS: "List[Tensor]", Role.STATE: "List[Tensor]",
                     Role.SCALARS: "List[Tensor]", Role.MASTER: "Optional[List[Tensor]]",
                     Role.OPT_TENSOR: "Optional[Tensor]", Role.FLOAT: "float", Role.BOOL: "bool",
-                    Role.FLOATS: "List[float]", Role.BOOLS: "List[bool]"}[a.role]
+                    Role.FLOATS: "List[float]", Role.BOOLS: "List[bool]", Role.REDUCTIONS: "Tensor"}[a.role]
         assert str(s.type) == expected, a.name
-        mutated = a.role in (Role.PARAMS, Role.STATE, Role.SCALARS, Role.MASTER)
-        assert (s.alias_info is not None and s.alias_info.is_write) == mutated, a.name
+        assert (s.alias_info is not None and s.alias_info.is_write) == (a.name in spec.mutates), a.name
+    assert [str(r.type) for r in schema.returns] == (["Tensor"] if spec.phase == "reduce" else [])
 
 
 @pytest.mark.parametrize("name", list(SPECS))
@@ -44,7 +44,8 @@ def test_wrappers_and_references_take_hyperparameters_by_keyword(name):
     spec = SPECS[name]
     for fn, master in ((getattr(ops, name), True), (getattr(reference, spec.reference), False)):
         sig = inspect.signature(fn)
-        lists = [a.name for a in spec.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)]
+        lists = [a.name for a in spec.args
+                 if a.role in (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS, Role.REDUCTIONS)]
         positional = [p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
         assert positional == lists
         keyword = [p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY]
@@ -128,6 +129,18 @@ BAD = {
     "lars_rescale_nan": ("lars_step_", _kw(rescale_grad=float("nan")), "invalid rescale_grad nan"),
     "adagrad_lr_decay": ("adagrad_step_", _kw(lr_decay=-0.1), "invalid lr_decay -0.1"),
     "adagrad_state_dtype": ("adagrad_step_", _set(2, 2, lambda t: t.double()), "state_sums[2] has dtype Double, expected Float"),
+    # the two-phase ops check what their one-call op checks, under their own name, then the reductions
+    "reduce_grad_shape": ("lamb_reduce_", _set(1, 1, lambda t: torch.randn(6)),
+                          "grads[1] has shape [6] but params[1] has shape [5]"),
+    "lamb16_reduce_trust_scale": ("lamb16_reduce_", _kw(trust_scale=-1.0), "invalid trust_scale -1"),
+    "lars_reduce_wd_length": ("lars_reduce", _kw(weight_decay=[1e-3] * 4),
+                              "weight_decay has 4 values; expected 1 or one per param (3)"),
+    "apply_state_dtype": ("lamb16_apply_", _set(3, 0, lambda t: t.float()), "exp_avg_sqs[0] has dtype Float, expected Float8_e5m2"),
+    "reductions_shape": ("lamb_apply_", lambda a, k: a.__setitem__(5, torch.rand(3, 4)),
+                         "reductions must have shape [3, 2] (params x partial reductions), got [3, 4]"),
+    "reductions_rows": ("lamb16_apply_", lambda a, k: a.__setitem__(7, torch.rand(2, 4)),
+                        "reductions must have shape [3, 4] (params x partial reductions), got [2, 4]"),
+    "reductions_dtype": ("lars_apply_", lambda a, k: a.__setitem__(3, a[3].double()), "reductions must be float32, got Double"),
 }
 
 

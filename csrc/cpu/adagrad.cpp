@@ -19,7 +19,7 @@ void adagrad_step_cpu(at::TensorList params, at::TensorList grads, at::TensorLis
                       const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
   const size_t n = params.size();
   const bool has_master = master_params.has_value();
-  const auto floats = check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, grad_scale,
+  const auto floats = check_adagrad_step("adagrad_step_", params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, grad_scale,
                                          found_inf, master_params, at::kCPU);
   if (found_inf_set(found_inf)) return;
 

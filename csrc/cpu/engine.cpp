@@ -136,7 +136,11 @@ LayoutRow::LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated)
 
 void LayoutRow::commit() {
   for (size_t k = 0; k < row_.size(); ++k)
-    if (mutated_[k] && !row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
+    if (mutated_[k]) commit(k);
+}
+
+void LayoutRow::commit(size_t k) {
+  if (!row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
 }
 
 // ---- the per-index rows of an op ---------------------------------------------
@@ -183,6 +187,14 @@ TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::v
 
 void TensorRows::commit() {
   for (auto& r : rows_) r.commit();
+}
+
+void TensorRows::commit(bool params, std::initializer_list<int> states, int master) {
+  for (auto& r : rows_) {
+    if (params) r.commit(0);
+    if (params && master >= 0) r.commit(2 + master);
+    for (int k : states) r.commit(2 + k);
+  }
 }
 
 // ---- chunking and reduction ------------------------------------------------
@@ -240,6 +252,32 @@ double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_
   for (size_t i = 0; i < rows.size(); ++i) grads[i] = rows.grad(i);
   const double norm = std::sqrt(global_sumsq(grads, rows.dtypes(), rows.numels(), inv_scale));
   return norm > max_grad_norm ? inv_scale / (norm / max_grad_norm) : inv_scale;
+}
+
+at::Tensor reductions_tensor(const std::vector<double>& values, int64_t n, int64_t k, const at::Device& device) {
+  at::Tensor out = at::empty({n, k}, at::TensorOptions().dtype(at::kFloat));
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n * k; ++i) o[i] = float(values[i]);
+  return device.is_cpu() ? out : out.to(device);
+}
+
+std::vector<double> read_reductions(const at::Tensor& reductions) {
+  const at::Tensor r = reductions.contiguous();
+  const float* x = r.data_ptr<float>();
+  return std::vector<double>(x, x + r.numel());
+}
+
+void check_reductions(const ArgChecker& chk, const at::Tensor& reductions, int64_t n, int64_t k,
+                      const at::Device& device) {
+  TORCH_CHECK(reductions.defined(), chk.op(), ": reductions is undefined");
+  TORCH_CHECK(reductions.layout() == at::kStrided && reductions.dim() == 2 && reductions.size(0) == n &&
+                  reductions.size(1) == k,
+              chk.op(), ": reductions must have shape [", n, ", ", k, "] (params x partial reductions), got ",
+              reductions.sizes());
+  TORCH_CHECK(reductions.scalar_type() == at::kFloat, chk.op(), ": reductions must be float32, got ",
+              reductions.scalar_type());
+  TORCH_CHECK(reductions.device() == device, chk.op(), ": reductions is on ", reductions.device(), " but expected ",
+              device);
 }
 
 std::vector<double> increment_steps(at::TensorList steps) {

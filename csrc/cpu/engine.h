@@ -109,6 +109,7 @@ class LayoutRow {
   LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated);
   void* ptr(size_t k) const { return row_[k].numel() ? row_[k].data_ptr() : nullptr; }
   void commit();
+  void commit(size_t k);  // row[k] only (the lists one phase of a two-phase op writes)
 
  private:
   std::vector<at::Tensor> originals_;
@@ -148,6 +149,9 @@ class TensorRows {
   const std::vector<int64_t>& numels() const { return numels_; }
   const std::vector<Dtype>& dtypes() const { return dtypes_; }
   void commit();  // write back the copies made for mismatched layouts
+  // Only what one phase writes: the params (and master params, state list
+  // `master`, when >= 0) and the state lists `states`.
+  void commit(bool params, std::initializer_list<int> states, int master = -1);
 
  private:
   std::vector<LayoutRow> rows_;
@@ -180,6 +184,16 @@ double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtyp
 // The gradient multiplier 1 / (grad_scale * clip), clip = max(1, ||grads / grad_scale|| / max_grad_norm)
 // (no clipping when max_grad_norm <= 0).
 double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_norm);
+
+// ---- two-phase ops ----------------------------------------------------------------
+
+// The reduce phase's result: per-tensor values (n rows of k, double) as a float32
+// [n, k] tensor on `device`. The apply phase reads it back with read_reductions.
+at::Tensor reductions_tensor(const std::vector<double>& values, int64_t n, int64_t k, const at::Device& device);
+std::vector<double> read_reductions(const at::Tensor& reductions);
+// `reductions` of an apply op: float32 [n, k] on `device` (checked after the op's other arguments).
+void check_reductions(const ArgChecker& chk, const at::Tensor& reductions, int64_t n, int64_t k,
+                      const at::Device& device);
 
 // steps[i] += 1 for every i; returns the new values (the t of bias corrections and lr decays).
 std::vector<double> increment_steps(at::TensorList steps);

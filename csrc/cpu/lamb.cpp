@@ -1,5 +1,7 @@
-// lamb::lamb_step_ on CPU: checks, per-tensor scalars and trust ratios; the
-// element loops are in lamb_kernel.cpp, the shared machinery in engine.cpp.
+// lamb::lamb_step_ and its two phases on CPU: checks, per-tensor scalars and
+// trust ratios; the element loops are in lamb_kernel.cpp, the shared machinery
+// in engine.cpp. The one-call op runs exactly the reduce phase, then the apply
+// phase (through the float32 reductions tensor), so both forms give the same bits.
 #include <torch/library.h>
 
 #include <cmath>
@@ -14,68 +16,137 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LambKernels, lamb_kernels)
 
 namespace {
 
-void lamb_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                   at::TensorList exp_avg_sqs, at::TensorList steps, const at::Tensor& lr,
-                   const at::Tensor& beta1_t, const at::Tensor& beta2_t, double eps, double weight_decay, bool bias_correction, bool grad_averaging,
-                   bool always_adapt, bool trust_clip, double max_grad_norm,
-                   const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
-                   std::optional<at::TensorList> master_params) {
-  const size_t n = params.size();
-  const bool has_master = master_params.has_value();
-  const auto floats = check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps,
-                                      weight_decay, max_grad_norm, grad_scale, found_inf, master_params, at::kCPU);
-  // Like torch's fused Adam under GradScaler: an overflow skips the whole step.
-  if (found_inf_set(found_inf)) return;
-  const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
+// The schema's arguments, split where an apply op takes `reductions`.
+#define LAMB_LISTS                                                                                        \
+  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,      \
+      at::TensorList steps
+#define LAMB_HYPERS                                                                                       \
+  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
+      bool bias_correction, bool grad_averaging, bool always_adapt, bool trust_clip, double max_grad_norm,     \
+      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
+      std::optional<at::TensorList> master_params
+#define LAMB_ARGS                                                                                          \
+  params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay, bias_correction,   \
+      grad_averaging, always_adapt, trust_clip, max_grad_norm, grad_scale, found_inf, master_params
 
-  TensorRows rows(params, grads, floats);
-  std::vector<LambTensor> tensors(n);
-  for (size_t i = 0; i < n; ++i)
-    tensors[i] = {rows.param(i), rows.grad(i), rows.floats(i, 0), rows.floats(i, 1),
-                  has_master ? rows.floats(i, 2) : nullptr, rows.dtypes()[i]};
-  // g = grad / grad_scale / clip
-  const double grad_mul = grad_multiplier(rows, inv_grad_scale(grad_scale), max_grad_norm);
+constexpr int64_t kReductions = 2;  // per tensor: ||p||^2, ||u||^2 (sums over shards)
 
-  std::vector<LambCoeffs> coeffs(n);
-  const auto t = increment_steps(steps);
-  for (size_t i = 0; i < n; ++i) {
-    coeffs[i].inv_bc1 = bias_correction ? float(1.0 / (1.0 - std::pow(beta1, t[i]))) : 1.f;
-    coeffs[i].inv_bc2 = bias_correction ? float(1.0 / (1.0 - std::pow(beta2, t[i]))) : 1.f;
+// One checked call: layouts, tensor table and per-tensor coefficients.
+class LambStep {
+ public:
+  LambStep(const char* op, LAMB_LISTS, LAMB_HYPERS)
+      : op_(op),
+        steps_(steps),
+        lists_(check_lamb_step(op, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps,
+                               weight_decay, max_grad_norm, grad_scale, found_inf, master_params, at::kCPU)),
+        skip_(found_inf_set(found_inf)),  // like torch's fused Adam under GradScaler: skip the whole step
+        rows_(params, grads, lists_),
+        n_(params.size()),
+        has_master_(master_params.has_value()),
+        bias_correction_(bias_correction),
+        trust_clip_(trust_clip),
+        adapt_(weight_decay != 0 || always_adapt),
+        max_grad_norm_(max_grad_norm),
+        grad_scale_(grad_scale),
+        lr_(lr),
+        beta1_(cpu_value(beta1_t)),
+        beta2_(cpu_value(beta2_t)),
+        tensors_(n_),
+        coeffs_(n_),
+        chunks_(make_chunks(rows_.numels())) {
+    for (size_t i = 0; i < n_; ++i)
+      tensors_[i] = {rows_.param(i), rows_.grad(i), rows_.floats(i, 0), rows_.floats(i, 1),
+                     has_master_ ? rows_.floats(i, 2) : nullptr, rows_.dtypes()[i]};
+    args_ = LambArgs{tensors_.data(),
+                     coeffs_.data(),
+                     {chunks_.data(), static_cast<int64_t>(chunks_.size())},
+                     float(beta1_),
+                     float(beta2_),
+                     grad_averaging ? float(1.0 - beta1_) : 1.f,
+                     float(eps),
+                     float(weight_decay),
+                     1.f,
+                     nullptr};
   }
 
-  const auto chunks = make_chunks(rows.numels());
-  std::vector<double> partials(2 * chunks.size());
-  LambArgs args{tensors.data(),
-                coeffs.data(),
-                {chunks.data(), static_cast<int64_t>(chunks.size())},
-                float(beta1),
-                float(beta2),
-                grad_averaging ? float(1.0 - beta1) : 1.f,
-                float(eps),
-                float(weight_decay),
-                float(grad_mul),
-                partials.data()};
-  const LambKernels& kernels = INDUCTOR_LAMB_KERNELS(lamb_kernels);
-  kernels.pass1(args);
-
-  // Trust ratio r = ||p|| / ||u|| per tensor (1 when either norm is 0 or adaptation is off).
-  const auto sq = reduce_per_tensor(chunks, partials, 2, n);
-  const float lr_value = lr.item<float>();
-  const bool adapt = weight_decay != 0 || always_adapt;
-  for (size_t i = 0; i < n; ++i) {
-    const double p_norm = std::sqrt(sq[2 * i]), u_norm = std::sqrt(sq[2 * i + 1]);
-    double ratio = adapt && p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
-    if (trust_clip) ratio = std::min(ratio, 1.0);
-    coeffs[i].step_size = float(lr_value * ratio);
+  // Pass 1: steps += 1, m and v updated; returns [n, 2] float32 (||p||^2, ||u||^2).
+  at::Tensor reduce() {
+    if (skip_) return at::zeros({int64_t(n_), kReductions}, at::kFloat);
+    // g = grad / grad_scale / clip
+    args_.grad_mul = float(grad_multiplier(rows_, inv_grad_scale(grad_scale_), max_grad_norm_));
+    increment_steps(steps_);
+    bias_corrections();
+    std::vector<double> partials(kReductions * chunks_.size());
+    args_.partials = partials.data();
+    kernels().pass1(args_);
+    rows_.commit(false, {0, 1});
+    return reductions_tensor(reduce_per_tensor(chunks_, partials, kReductions, n_), n_, kReductions, at::kCPU);
   }
-  kernels.pass2(args);
-  rows.commit();
+
+  // Pass 2 from the (all-reduced) reductions: p -= lr * r * u, r = ||p|| / ||u||.
+  void apply(const at::Tensor& reductions) {
+    check_reductions(ArgChecker(op_), reductions, n_, kReductions, at::kCPU);
+    if (skip_) return;
+    bias_corrections();  // of the steps the reduce phase incremented
+    const auto sq = read_reductions(reductions);
+    const float lr = lr_.item<float>();
+    for (size_t i = 0; i < n_; ++i) {
+      const double p_norm = std::sqrt(sq[2 * i]), u_norm = std::sqrt(sq[2 * i + 1]);
+      double ratio = adapt_ && p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
+      if (trust_clip_) ratio = std::min(ratio, 1.0);
+      coeffs_[i].step_size = float(lr * ratio);
+    }
+    kernels().pass2(args_);
+    rows_.commit(true, {}, has_master_ ? 2 : -1);
+  }
+
+ private:
+  static const LambKernels& kernels() { return INDUCTOR_LAMB_KERNELS(lamb_kernels); }
+
+  void bias_corrections() {
+    for (size_t i = 0; i < n_; ++i) {
+      const double t = steps_[i].item<float>();
+      coeffs_[i].inv_bc1 = bias_correction_ ? float(1.0 / (1.0 - std::pow(beta1_, t))) : 1.f;
+      coeffs_[i].inv_bc2 = bias_correction_ ? float(1.0 / (1.0 - std::pow(beta2_, t))) : 1.f;
+    }
+  }
+
+  const char* op_;
+  at::TensorList steps_;
+  std::vector<StateList> lists_;
+  bool skip_;
+  TensorRows rows_;
+  size_t n_;
+  bool has_master_, bias_correction_, trust_clip_, adapt_;
+  double max_grad_norm_;
+  std::optional<at::Tensor> grad_scale_;
+  at::Tensor lr_;
+  double beta1_, beta2_;
+  std::vector<LambTensor> tensors_;
+  std::vector<LambCoeffs> coeffs_;
+  std::vector<Chunk> chunks_;
+  LambArgs args_;
+};
+
+void lamb_step_cpu(LAMB_LISTS, LAMB_HYPERS) {
+  LambStep step("lamb_step_", LAMB_ARGS);
+  step.apply(step.reduce());
+}
+
+at::Tensor lamb_reduce_cpu(LAMB_LISTS, LAMB_HYPERS) { return LambStep("lamb_reduce_", LAMB_ARGS).reduce(); }
+
+void lamb_apply_cpu(LAMB_LISTS, const at::Tensor& reductions, LAMB_HYPERS) {
+  LambStep("lamb_apply_", LAMB_ARGS).apply(reductions);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { m.impl("lamb_step_", &lamb_step_cpu); }
+#define LAMB_IMPLS(m)                         \
+  m.impl("lamb_step_", &lamb_step_cpu);       \
+  m.impl("lamb_reduce_", &lamb_reduce_cpu);   \
+  m.impl("lamb_apply_", &lamb_apply_cpu)
+TORCH_LIBRARY_IMPL(lamb, CPU, m) { LAMB_IMPLS(m); }
 // A sparse grad routes the call here: the checks then name it ("grads[i] has layout Sparse").
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { m.impl("lamb_step_", &lamb_step_cpu); }
+TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LAMB_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

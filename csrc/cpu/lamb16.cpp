@@ -1,5 +1,6 @@
-// lamb::lamb16_step_ on CPU: checks, per-tensor scales and trust ratios; the
-// element loops are in lamb16_kernel.cpp, the shared machinery in engine.cpp.
+// lamb::lamb16_step_ and its two phases on CPU: checks, per-tensor scales and
+// trust ratios; the element loops are in lamb16_kernel.cpp, the shared machinery
+// in engine.cpp. The one-call op is exactly reduce then apply (see lamb.cpp).
 #include <torch/library.h>
 
 #include <cfloat>
@@ -15,77 +16,144 @@ INDUCTOR_LAMB_DECLARE_KERNELS(Lamb16Kernels, lamb16_kernels)
 
 namespace {
 
+#define LAMB16_LISTS                                                                                        \
+  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,        \
+      at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales, at::TensorList steps
+#define LAMB16_HYPERS                                                                                       \
+  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
+      double trust_scale, const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf, \
+      std::optional<at::TensorList> master_params
+#define LAMB16_ARGS                                                                                          \
+  params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1_t, beta2_t, eps, \
+      weight_decay, trust_scale, grad_scale, found_inf, master_params
+
+// Per tensor: ||p||^2, ||u||^2 (sums over shards), amax |m|, amax v (maxima over shards).
+constexpr int64_t kReductions = 4;
+
 // amax / fp8_max: the largest |value| maps to the largest finite float8, so a
 // stored value never saturates and the bulk of a heavy-tailed tensor stays in the
 // normal range (FLT_MIN floor: an all-zero tensor gets a finite, nonzero scale).
 float new_scale(double amax, float fp8_max) { return std::max(float(amax) / fp8_max, FLT_MIN); }
 
-void lamb16_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                     at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales,
-                     at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1_t,
-                     const at::Tensor& beta2_t, double eps,
-                     double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
-                     const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const size_t n = params.size();
-  const bool has_master = master_params.has_value();
-  const auto states = check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
-                                        lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
-                                        master_params, at::kCPU);
-  if (found_inf_set(found_inf)) return;
-  const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
-
-  TensorRows rows(params, grads, states);
-  std::vector<Lamb16Tensor> tensors(n);
-  std::vector<Lamb16Coeffs> coeffs(n);
-  for (size_t i = 0; i < n; ++i) {
-    tensors[i] = {rows.param(i), rows.grad(i), rows.state(i, 0), rows.state(i, 1),
-                  has_master ? rows.floats(i, 2) : nullptr, rows.dtypes()[i]};
-    coeffs[i].beta1_scale = float(beta1) * exp_avg_scales[i].item<float>();
-    coeffs[i].beta2_scale = float(beta2) * exp_avg_sq_scales[i].item<float>();
+class Lamb16Step {
+ public:
+  Lamb16Step(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
+      : op_(op),
+        steps_(steps),
+        m_scales_(exp_avg_scales),
+        v_scales_(exp_avg_sq_scales),
+        lists_(check_lamb16_step(op, params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
+                                 lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
+                                 master_params, at::kCPU)),
+        skip_(found_inf_set(found_inf)),
+        rows_(params, grads, lists_),
+        n_(params.size()),
+        has_master_(master_params.has_value()),
+        trust_scale_(trust_scale),
+        lr_(lr),
+        tensors_(n_),
+        coeffs_(n_),
+        chunks_(make_chunks(rows_.numels())) {
+    const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
+    for (size_t i = 0; i < n_; ++i) {
+      tensors_[i] = {rows_.param(i), rows_.grad(i), rows_.state(i, 0), rows_.state(i, 1),
+                     has_master_ ? rows_.floats(i, 2) : nullptr, rows_.dtypes()[i]};
+      // the scales of the start of the step (the apply phase overwrites them last)
+      coeffs_[i].beta1_scale = float(beta1) * exp_avg_scales[i].item<float>();
+      coeffs_[i].beta2_scale = float(beta2) * exp_avg_sq_scales[i].item<float>();
+    }
+    args_ = Lamb16Args{tensors_.data(),
+                       coeffs_.data(),
+                       {chunks_.data(), static_cast<int64_t>(chunks_.size())},
+                       float(1.0 - beta1),
+                       float(1.0 - beta2),
+                       float(eps),
+                       float(weight_decay),
+                       inv_grad_scale(grad_scale),
+                       nullptr,
+                       nullptr};
   }
-  increment_steps(steps);  // no bias correction in LAMB16; steps count like torch.optim's
 
-  const auto chunks = make_chunks(rows.numels());
-  std::vector<double> sums(2 * chunks.size()), maxes(2 * chunks.size());
-  Lamb16Args args{tensors.data(),
-                  coeffs.data(),
-                  {chunks.data(), static_cast<int64_t>(chunks.size())},
-                  float(1.0 - beta1),
-                  float(1.0 - beta2),
-                  float(eps),
-                  float(weight_decay),
-                  inv_grad_scale(grad_scale),
-                  sums.data(),
-                  maxes.data()};
-  const Lamb16Kernels& kernels = INDUCTOR_LAMB_KERNELS(lamb16_kernels);
-  kernels.pass1(args);
+  // Pass 1 (writes nothing but the steps): [n, 4] float32 reductions.
+  at::Tensor reduce() {
+    if (skip_) return at::zeros({int64_t(n_), kReductions}, at::kFloat);
+    increment_steps(steps_);  // no bias correction in LAMB16; steps count like torch.optim's
+    std::vector<double> sums(2 * chunks_.size()), maxes(2 * chunks_.size());
+    args_.sums = sums.data();
+    args_.maxes = maxes.data();
+    kernels().pass1(args_);
+    const auto sq = reduce_per_tensor(chunks_, sums, 2, n_);
+    const auto amax = max_per_tensor(chunks_, maxes, 2, n_);
+    std::vector<double> out(kReductions * n_);
+    for (size_t i = 0; i < n_; ++i) out[4 * i] = sq[2 * i], out[4 * i + 1] = sq[2 * i + 1],
+                                    out[4 * i + 2] = amax[2 * i], out[4 * i + 3] = amax[2 * i + 1];
+    return reductions_tensor(out, n_, kReductions, at::kCPU);
+  }
 
-  const auto sq = reduce_per_tensor(chunks, sums, 2, n);
-  const auto amax = max_per_tensor(chunks, maxes, 2, n);
-  const double lr_value = lr.item<float>();
-  std::vector<float> m_scales(n), v_scales(n);
-  for (size_t i = 0; i < n; ++i) {
-    m_scales[i] = new_scale(amax[2 * i], kE4M3Max);
-    v_scales[i] = new_scale(amax[2 * i + 1], kE5M2Max);
-    coeffs[i].inv_m_scale = 1.f / m_scales[i];
-    coeffs[i].inv_v_scale = 1.f / v_scales[i];
-    // r = clamp((||p|| / ||u|| * 1e-3 / lr) ^ trust_scale, 0, 2); 1 when a norm is 0.
-    const double p_norm = std::sqrt(sq[2 * i]), u_norm = std::sqrt(sq[2 * i + 1]);
-    double ratio = 1.0;
-    if (p_norm > 0 && u_norm > 0) ratio = std::min(std::pow(p_norm / u_norm * 1e-3 / lr_value, trust_scale), 2.0);
-    coeffs[i].step_size = float(lr_value * ratio);
+  // Pass 2: trust ratios and new scales from the reductions; p, m8, v8, scales written.
+  void apply(const at::Tensor& reductions) {
+    check_reductions(ArgChecker(op_), reductions, n_, kReductions, at::kCPU);
+    if (skip_) return;
+    const auto r = read_reductions(reductions);
+    const double lr = lr_.item<float>();
+    std::vector<float> m_scales(n_), v_scales(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      m_scales[i] = new_scale(r[4 * i + 2], kE4M3Max);
+      v_scales[i] = new_scale(r[4 * i + 3], kE5M2Max);
+      coeffs_[i].inv_m_scale = 1.f / m_scales[i];
+      coeffs_[i].inv_v_scale = 1.f / v_scales[i];
+      // r = clamp((||p|| / ||u|| * 1e-3 / lr) ^ trust_scale, 0, 2); 1 when a norm is 0.
+      const double p_norm = std::sqrt(r[4 * i]), u_norm = std::sqrt(r[4 * i + 1]);
+      double ratio = 1.0;
+      if (p_norm > 0 && u_norm > 0) ratio = std::min(std::pow(p_norm / u_norm * 1e-3 / lr, trust_scale_), 2.0);
+      coeffs_[i].step_size = float(lr * ratio);
+    }
+    kernels().pass2(args_);
+    rows_.commit(true, {0, 1}, has_master_ ? 2 : -1);
+    for (size_t i = 0; i < n_; ++i) {
+      m_scales_[i].fill_(m_scales[i]);
+      v_scales_[i].fill_(v_scales[i]);
+    }
   }
-  kernels.pass2(args);
-  rows.commit();
-  for (size_t i = 0; i < n; ++i) {
-    exp_avg_scales[i].fill_(m_scales[i]);
-    exp_avg_sq_scales[i].fill_(v_scales[i]);
-  }
+
+ private:
+  static const Lamb16Kernels& kernels() { return INDUCTOR_LAMB_KERNELS(lamb16_kernels); }
+
+  const char* op_;
+  at::TensorList steps_, m_scales_, v_scales_;
+  std::vector<StateList> lists_;
+  bool skip_;
+  TensorRows rows_;
+  size_t n_;
+  bool has_master_;
+  double trust_scale_;
+  at::Tensor lr_;
+  std::vector<Lamb16Tensor> tensors_;
+  std::vector<Lamb16Coeffs> coeffs_;
+  std::vector<Chunk> chunks_;
+  Lamb16Args args_;
+};
+
+void lamb16_step_cpu(LAMB16_LISTS, LAMB16_HYPERS) {
+  Lamb16Step step("lamb16_step_", LAMB16_ARGS);
+  step.apply(step.reduce());
+}
+
+at::Tensor lamb16_reduce_cpu(LAMB16_LISTS, LAMB16_HYPERS) {
+  return Lamb16Step("lamb16_reduce_", LAMB16_ARGS).reduce();
+}
+
+void lamb16_apply_cpu(LAMB16_LISTS, const at::Tensor& reductions, LAMB16_HYPERS) {
+  Lamb16Step("lamb16_apply_", LAMB16_ARGS).apply(reductions);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { m.impl("lamb16_step_", &lamb16_step_cpu); }
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { m.impl("lamb16_step_", &lamb16_step_cpu); }
+#define LAMB16_IMPLS(m)                           \
+  m.impl("lamb16_step_", &lamb16_step_cpu);       \
+  m.impl("lamb16_reduce_", &lamb16_reduce_cpu);   \
+  m.impl("lamb16_apply_", &lamb16_apply_cpu)
+TORCH_LIBRARY_IMPL(lamb, CPU, m) { LAMB16_IMPLS(m); }
+TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LAMB16_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

@@ -1,5 +1,6 @@
-// lamb::lars_step_ on CPU (PaddlePaddle merged lars_momentum semantics): layer norms
-// from the engine, per-tensor local learning rates, then one update pass.
+// lamb::lars_step_ and its two phases on CPU (PaddlePaddle merged lars_momentum
+// semantics): layer norms from the engine (reduce), per-tensor local learning
+// rates and one update pass (apply). The one-call op is exactly reduce then apply.
 #include <torch/library.h>
 
 #include <cmath>
@@ -14,56 +15,111 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LarsKernels, lars_kernels)
 
 namespace {
 
+#define LARS_LISTS at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers
+#define LARS_HYPERS                                                                                           \
+  const at::Tensor &lr, const at::Tensor &momentum_t, double lars_coeff, double eps, double rescale_grad,     \
+      c10::ArrayRef<double> weight_decay, const c10::List<bool>&layer_adaptation,                              \
+      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
+      std::optional<at::TensorList> master_params
+#define LARS_ARGS                                                                                              \
+  params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad, weight_decay, layer_adaptation, \
+      grad_scale, found_inf, master_params
 
-void lars_step_cpu(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
-                   const at::Tensor& lr, const at::Tensor& momentum_t, double lars_coeff, double eps, double rescale_grad,
-                   c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
-                   const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
-                   std::optional<at::TensorList> master_params) {
-  const size_t n = params.size();
-  const bool has_master = master_params.has_value();
-  const auto floats = check_lars_step(params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad,
-                                      weight_decay, layer_adaptation, grad_scale, found_inf, master_params, at::kCPU);
-  if (found_inf_set(found_inf)) return;
-  const double momentum = cpu_value(momentum_t);
+constexpr int64_t kReductions = 2;  // per tensor: ||p||^2, ||g||^2 (sums over shards)
 
-  TensorRows rows(params, grads, floats);
-  const double grad_mul = rescale_grad * inv_grad_scale(grad_scale);
-  std::vector<const void*> p_ptrs(n), g_ptrs(n);
-  std::vector<Dtype> p_dtypes = rows.dtypes();
-  for (size_t i = 0; i < n; ++i) {
-    p_ptrs[i] = has_master ? rows.floats(i, 1) : rows.param(i);
-    if (has_master) p_dtypes[i] = Dtype::Float;
-    g_ptrs[i] = rows.grad(i);
+class LarsStep {
+ public:
+  LarsStep(const char* op, LARS_LISTS, LARS_HYPERS)
+      : op_(op),
+        lists_(check_lars_step(op, params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad,
+                               weight_decay, layer_adaptation, grad_scale, found_inf, master_params, at::kCPU)),
+        skip_(found_inf_set(found_inf)),
+        rows_(params, grads, lists_),
+        n_(params.size()),
+        has_master_(master_params.has_value()),
+        lars_coeff_(lars_coeff),
+        eps_(eps),
+        weight_decay_(weight_decay),
+        layer_adaptation_(layer_adaptation),
+        lr_(lr),
+        momentum_(cpu_value(momentum_t)),
+        grad_mul_(rescale_grad * inv_grad_scale(grad_scale)) {}
+
+  // Layer norms (two reads, 8 bytes/param; nothing written): [n, 2] float32.
+  at::Tensor reduce() {
+    if (skip_) return at::zeros({int64_t(n_), kReductions}, at::kFloat);
+    std::vector<const void*> p_ptrs(n_), g_ptrs(n_);
+    std::vector<Dtype> p_dtypes = rows_.dtypes();
+    for (size_t i = 0; i < n_; ++i) {
+      p_ptrs[i] = has_master_ ? rows_.floats(i, 1) : rows_.param(i);
+      if (has_master_) p_dtypes[i] = Dtype::Float;
+      g_ptrs[i] = rows_.grad(i);
+    }
+    const auto p_sq = per_tensor_sumsq(p_ptrs, p_dtypes, rows_.numels(), 1.f);
+    const auto g_sq = per_tensor_sumsq(g_ptrs, rows_.dtypes(), rows_.numels(), float(grad_mul_));
+    std::vector<double> out(kReductions * n_);
+    for (size_t i = 0; i < n_; ++i) out[2 * i] = p_sq[i], out[2 * i + 1] = g_sq[i];
+    return reductions_tensor(out, n_, kReductions, at::kCPU);
   }
-  // Layer norms (two reads, 8 bytes/param), then one update pass.
-  const auto p_sq = per_tensor_sumsq(p_ptrs, p_dtypes, rows.numels(), 1.f);
-  const auto g_sq = per_tensor_sumsq(g_ptrs, rows.dtypes(), rows.numels(), float(grad_mul));
 
-  const double lr_value = lr.item<float>();
-  std::vector<LarsTensor> tensors(n);
-  std::vector<LarsCoeffs> coeffs(n);
-  for (size_t i = 0; i < n; ++i) {
-    const double wd = per_param(weight_decay, i, 0.0);
-    const bool adapt = per_param(layer_adaptation, i, true);
-    const double p_norm = std::sqrt(p_sq[i]), g_norm = std::sqrt(g_sq[i]);
-    double local_lr = lr_value;
-    if (adapt && wd > 0 && p_norm > 0 && g_norm > 0)
-      local_lr = lr_value * lars_coeff * p_norm / (g_norm + wd * p_norm + eps);
-    coeffs[i] = {float(local_lr), float(wd)};
-    tensors[i] = {rows.param(i), rows.grad(i), rows.floats(i, 0), has_master ? rows.floats(i, 1) : nullptr,
-                  rows.dtypes()[i]};
+  // Local learning rates from the reductions, then one update pass.
+  void apply(const at::Tensor& reductions) {
+    check_reductions(ArgChecker(op_), reductions, n_, kReductions, at::kCPU);
+    if (skip_) return;
+    const auto sq = read_reductions(reductions);
+    const double lr = lr_.item<float>();
+    std::vector<LarsTensor> tensors(n_);
+    std::vector<LarsCoeffs> coeffs(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      const double wd = per_param(weight_decay_, i, 0.0);
+      const bool adapt = per_param(layer_adaptation_, i, true);
+      const double p_norm = std::sqrt(sq[2 * i]), g_norm = std::sqrt(sq[2 * i + 1]);
+      double local_lr = lr;
+      if (adapt && wd > 0 && p_norm > 0 && g_norm > 0)
+        local_lr = lr * lars_coeff_ * p_norm / (g_norm + wd * p_norm + eps_);
+      coeffs[i] = {float(local_lr), float(wd)};
+      tensors[i] = {rows_.param(i), rows_.grad(i), rows_.floats(i, 0), has_master_ ? rows_.floats(i, 1) : nullptr,
+                    rows_.dtypes()[i]};
+    }
+    const auto chunks = make_chunks(rows_.numels());
+    const LarsArgs args{tensors.data(), coeffs.data(), {chunks.data(), static_cast<int64_t>(chunks.size())},
+                        float(momentum_), float(grad_mul_)};
+    INDUCTOR_LAMB_KERNELS(lars_kernels).update(args);
+    rows_.commit();
   }
-  const auto chunks = make_chunks(rows.numels());
-  const LarsArgs args{tensors.data(), coeffs.data(), {chunks.data(), static_cast<int64_t>(chunks.size())},
-                      float(momentum), float(grad_mul)};
-  INDUCTOR_LAMB_KERNELS(lars_kernels).update(args);
-  rows.commit();
+
+ private:
+  const char* op_;
+  std::vector<StateList> lists_;
+  bool skip_;
+  TensorRows rows_;
+  size_t n_;
+  bool has_master_;
+  double lars_coeff_, eps_;
+  c10::ArrayRef<double> weight_decay_;
+  c10::List<bool> layer_adaptation_;
+  at::Tensor lr_;
+  double momentum_, grad_mul_;
+};
+
+void lars_step_cpu(LARS_LISTS, LARS_HYPERS) {
+  LarsStep step("lars_step_", LARS_ARGS);
+  step.apply(step.reduce());
+}
+
+at::Tensor lars_reduce_cpu(LARS_LISTS, LARS_HYPERS) { return LarsStep("lars_reduce", LARS_ARGS).reduce(); }
+
+void lars_apply_cpu(LARS_LISTS, const at::Tensor& reductions, LARS_HYPERS) {
+  LarsStep("lars_apply_", LARS_ARGS).apply(reductions);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { m.impl("lars_step_", &lars_step_cpu); }
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { m.impl("lars_step_", &lars_step_cpu); }
+#define LARS_IMPLS(m)                       \
+  m.impl("lars_step_", &lars_step_cpu);     \
+  m.impl("lars_reduce", &lars_reduce_cpu);  \
+  m.impl("lars_apply_", &lars_apply_cpu)
+TORCH_LIBRARY_IMPL(lamb, CPU, m) { LARS_IMPLS(m); }
+TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LARS_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

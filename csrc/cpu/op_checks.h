@@ -1,7 +1,7 @@
 #pragma once
 // The argument checks of every op, shared by the CPU glue (csrc/cpu/<opt>.cpp)
 // and the CUDA glue (csrc/cuda/ops_cuda.cpp): one place says what valid input
-// is. Each runs every check before anything is written and returns the op's
+// is. Each runs every check (naming `op`, the step op or one of its phases) before anything is written and returns the op's
 // per-element state lists (in TensorRows order).
 //
 // Order and messages are mirrored by inductor_lamb/spec.py::check (the trace-time
@@ -17,14 +17,14 @@ namespace inductor_lamb::cpu {
 using OptTensor = std::optional<at::Tensor>;
 using OptList = std::optional<at::TensorList>;
 
-std::vector<StateList> check_lamb_step(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+std::vector<StateList> check_lamb_step(const char* op, at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                        at::TensorList exp_avg_sqs, at::TensorList steps, const at::Tensor& lr,
                                        const at::Tensor& beta1, const at::Tensor& beta2, double eps,
                                        double weight_decay, double max_grad_norm, const OptTensor& grad_scale,
                                        const OptTensor& found_inf, const OptList& master_params,
                                        const at::Device& device);
 
-std::vector<StateList> check_lamb16_step(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+std::vector<StateList> check_lamb16_step(const char* op, at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                          at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales,
                                          at::TensorList exp_avg_sq_scales, at::TensorList steps, const at::Tensor& lr,
                                          const at::Tensor& beta1, const at::Tensor& beta2, double eps,
@@ -32,14 +32,14 @@ std::vector<StateList> check_lamb16_step(at::TensorList params, at::TensorList g
                                          const OptTensor& found_inf, const OptList& master_params,
                                          const at::Device& device);
 
-std::vector<StateList> check_lars_step(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+std::vector<StateList> check_lars_step(const char* op, at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
                                        const at::Tensor& lr, const at::Tensor& momentum, double lars_coeff, double eps,
                                        double rescale_grad, c10::ArrayRef<double> weight_decay,
                                        const c10::List<bool>& layer_adaptation, const OptTensor& grad_scale,
                                        const OptTensor& found_inf, const OptList& master_params,
                                        const at::Device& device);
 
-std::vector<StateList> check_adagrad_step(at::TensorList params, at::TensorList grads, at::TensorList state_sums,
+std::vector<StateList> check_adagrad_step(const char* op, at::TensorList params, at::TensorList grads, at::TensorList state_sums,
                                           at::TensorList steps, const at::Tensor& lr, double lr_decay,
                                           double weight_decay, double eps, const OptTensor& grad_scale,
                                           const OptTensor& found_inf, const OptList& master_params,

@@ -209,7 +209,7 @@ void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLi
                        const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_adagrad_step(params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
+  const auto lists = cpu::check_adagrad_step("adagrad_step_", params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
                                              grad_scale, found_inf, master_params, device_of(params, lr));
   const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
   run_step("adagrad_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,

@@ -69,6 +69,16 @@ class Backend:
         once, not inside every element loop that uses it."""
         return a
 
+    def pack(self, columns: list[list[Any]], like: Any, k: int) -> Any:
+        """A two-phase op's reductions: ``columns[j][i]`` (k columns of n 0-d values; no
+        columns when n == 0) as one float32 [n, k] tensor on ``like``'s device; zeros
+        when ``found_inf`` is set (like the kernels)."""
+        raise NotImplementedError
+
+    def unpack(self, reductions: Any, k: int) -> list[list[Any]]:
+        """``pack``'s inverse: k columns of n 0-d values."""
+        raise NotImplementedError
+
     def assign(self, dst: Sequence[Any] | None, src: Sequence[Any]) -> None:
         """``dst[i] = src[i]`` in place (cast to ``dst``'s dtype), skipped when
         ``found_inf`` is set."""
@@ -122,6 +132,23 @@ class IRBackend(Backend):
         for x in a if isinstance(a, list) else [a]:
             x.realize()
         return a
+
+    def pack(self, columns, like, k):
+        lw = self.lw
+        n = len(columns[0]) if columns else 0
+        if n == 0:
+            return lw[aten.full.default]([0, k], 0.0, dtype=torch.float32, device=like.get_device())
+        cols = [lw[aten.unsqueeze.default](lw[aten.cat.default]([lw[aten.unsqueeze.default](self._to_float(x), 0)
+                                                                  for x in col], 0), 1) for col in columns]
+        out = lw[aten.cat.default](cols, 1)
+        if self.found_inf is not None:
+            out = lw[aten.where.self](lw[aten.ne.Scalar](self.found_inf, 0.0), self.L.full_like(out, 0.0), out)
+        return out
+
+    def unpack(self, reductions, k):
+        sel = self.lw[aten.select.int]
+        n = reductions.get_size()[0]
+        return [[sel(sel(reductions, 1, j), 0, i) for i in range(n)] for j in range(k)]
 
     def _assign(self, dst, src) -> None:
         for d, s in zip(dst, src):
@@ -177,6 +204,15 @@ class TorchBackend(Backend):
 
     def _where_positive(self, a, b, then, otherwise):
         return torch.where((a > 0) & (b > 0), then, otherwise)
+
+    def pack(self, columns, like, k):
+        if not columns or not columns[0]:
+            return torch.zeros((0, k), dtype=torch.float32, device=like.device)
+        out = torch.stack([torch.stack([x.float() for x in col]) for col in columns], dim=1)
+        return out if self.found_inf is None else torch.where(self.found_inf != 0, 0.0, out)
+
+    def unpack(self, reductions, k):
+        return [list(reductions[:, j].unbind(0)) for j in range(k)]
 
     def _assign(self, dst, src) -> None:
         if self.found_inf is not None:

@@ -1,6 +1,7 @@
-"""LAMB step (DESIGN.md) in the backend vocabulary, in the eager in-place order.
+"""LAMB step (DESIGN.md) in the backend vocabulary, in the eager in-place order,
+as its two phases (the one-call step is reduce then apply).
 
-IR shape on CPU: one loop per tensor updates m, v and reduces ||p||, ||u||;
+IR shape on CPU: one loop per tensor updates m, v and reduces ||p||^2, ||u||^2;
 the trust ratios are 0-d buffers computed once; a second loop re-reads
 p, m, v, recomputes u and writes p (the 40 bytes/param of the CPU kernel).
 """
@@ -13,10 +14,18 @@ from typing import Any
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 
-def lamb_step(B: Backend, a: SimpleNamespace) -> None:
-    if not a.params:
-        return
-    B.found_inf = a.found_inf
+def _update(B: Backend, a: SimpleNamespace, p: list[Any], m: list[Any], v: list[Any], t: list[Any]) -> list[Any]:
+    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p, bias corrections of steps ``t``."""
+    if a.bias_correction:
+        inv_bc1 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta1, t)))))
+        inv_bc2 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta2, t)))))
+        m, v = B.mul(m, inv_bc1), B.mul(v, inv_bc2)
+    u = B.div(m, B.add(B.sqrt(v), a.eps))
+    return B.add(u, B.mul(p, a.weight_decay)) if a.weight_decay != 0 else u
+
+
+def lamb_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
+    """Pass 1: steps += 1, m and v updated; returns [||p||^2, ||u||^2] per tensor."""
     t = increment_steps(B, a.steps)
     g = scaled_grads(B, a.grads, a.grad_scale, max_grad_norm=a.max_grad_norm)
     beta3 = B.scalar(B.one_minus(a.beta1)) if a.grad_averaging else 1.0
@@ -25,23 +34,20 @@ def lamb_step(B: Backend, a: SimpleNamespace) -> None:
     B.assign(a.exp_avgs, m)
     B.assign(a.exp_avg_sqs, v)
     p = master_or_params(B, a.params, a.master_params)
-    if a.bias_correction:
-        inv_bc1 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta1, t)))))
-        inv_bc2 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta2, t)))))
+    return [B.sumsq(p), B.sumsq(_update(B, a, p, m, v, t))]
 
-    def update(m: list[Any], v: list[Any]) -> list[Any]:
-        if a.bias_correction:
-            m, v = B.mul(m, inv_bc1), B.mul(v, inv_bc2)
-        u = B.div(m, B.add(B.sqrt(v), a.eps))
-        return B.add(u, B.mul(p, a.weight_decay)) if a.weight_decay != 0 else u
 
+def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
+    """Pass 2: p -= lr * r * u with r = ||p|| / ||u|| from the reductions."""
+    p = master_or_params(B, a.params, a.master_params)
     if a.weight_decay != 0 or a.always_adapt:
-        p_norm, u_norm = B.sqrt(B.sumsq(p)), B.sqrt(B.sumsq(update(m, v)))
+        p_norm, u_norm = B.sqrt(reductions[0]), B.sqrt(reductions[1])
         ratio = B.where_positive(p_norm, u_norm, B.div(p_norm, u_norm), 1.0)
         if a.trust_clip:
             ratio = B.minimum(ratio, 1.0)
         step_size = B.scalar(B.mul(ratio, a.lr))
     else:
         step_size = a.lr
-    # Re-reads the m, v just written (recomputing u beats storing it: same bytes, no temporary).
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(update(a.exp_avgs, a.exp_avg_sqs), step_size)))
+    # Re-reads the m, v and steps the reduce phase wrote (recomputing u beats storing it).
+    u = _update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), list(a.steps))
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))

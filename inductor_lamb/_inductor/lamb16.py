@@ -1,17 +1,19 @@
 """LAMB16 step (DESIGN.md: LAMB with float8 moments) in the backend vocabulary,
-in the eager in-place order.
+in the eager in-place order, as its two phases (the one-call step is reduce
+then apply).
 
-IR shape: pass 1 reduces ||p||, ||u||, amax |m|, amax v per tensor (reading p,
-g, m8, v8); the trust ratios and new scales are 0-d buffers; pass 2 recomputes
-m, v, u from the same inputs, writes p and stores m, v in float8 with the new
-scales (the 26 bytes/param of the CPU kernel). The old scales are folded into
-``beta * scale`` buffers before anything is written, and the scales are
-assigned last, so every read sees the values of the start of the step.
+IR shape: pass 1 reduces ||p||^2, ||u||^2, amax |m|, amax v per tensor (reading
+p, g, m8, v8); the trust ratios and new scales are 0-d buffers; pass 2
+recomputes m, v, u from the same inputs, writes p and stores m, v in float8
+with the new scales (the 26 bytes/param of the CPU kernel). The old scales are
+folded into ``beta * scale`` buffers before anything is written, and the scales
+are assigned last, so every read sees the values of the start of the step.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -23,11 +25,8 @@ _M_MAX = FP8_MAX[torch.float8_e4m3fn]
 _V_MAX = FP8_MAX[torch.float8_e5m2]
 
 
-def lamb16_step(B: Backend, a: SimpleNamespace) -> None:
-    if not a.params:
-        return
-    B.found_inf = a.found_inf
-    increment_steps(B, a.steps)
+def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """This step's float32 p, m, v, u from the stored float8 moments and the old scales."""
     g = scaled_grads(B, a.grads, a.grad_scale)
     beta1_scale = B.scalar(B.mul(a.exp_avg_scales, a.beta1))
     beta2_scale = B.scalar(B.mul(a.exp_avg_sq_scales, a.beta2))
@@ -38,15 +37,27 @@ def lamb16_step(B: Backend, a: SimpleNamespace) -> None:
     u = B.div(m, B.add(B.sqrt(v), a.eps))
     if a.weight_decay != 0:
         u = B.add(u, B.mul(p, a.weight_decay))
+    return p, m, v, u
 
+
+def lamb16_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
+    """Pass 1 (writes only the steps): [||p||^2, ||u||^2, amax |m|, amax v] per tensor."""
+    increment_steps(B, a.steps)
+    p, m, v, u = _moments(B, a)
+    return [B.sumsq(p), B.sumsq(u), B.absmax(m), B.absmax(v)]
+
+
+def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
+    """Pass 2: p, m8, v8 and the scales written, from the reductions."""
+    p, m, v, u = _moments(B, a)
     # r = clamp((||p|| / ||u|| * 1e-3 / lr) ** trust_scale, 0, 2), 1 when a norm is 0
-    p_norm, u_norm = B.sqrt(B.sumsq(p)), B.sqrt(B.sumsq(u))
+    p_norm, u_norm = B.sqrt(reductions[0]), B.sqrt(reductions[1])
     scaled = B.pow(B.mul(B.div(B.div(p_norm, u_norm), a.lr), 1e-3), a.trust_scale)
     ratio = B.where_positive(p_norm, u_norm, B.minimum(scaled, 2.0), 1.0)
     step_size = B.scalar(B.mul(ratio, a.lr))
     # new scales: amax maps to the float8 max (never saturates), FLT_MIN floor
-    m_scale = B.scalar(B.maximum(B.div(B.absmax(m), _M_MAX), _FLT_MIN))
-    v_scale = B.scalar(B.maximum(B.div(B.absmax(v), _V_MAX), _FLT_MIN))
+    m_scale = B.scalar(B.maximum(B.div(reductions[2], _M_MAX), _FLT_MIN))
+    v_scale = B.scalar(B.maximum(B.div(reductions[3], _V_MAX), _FLT_MIN))
     inv_m_scale, inv_v_scale = B.scalar(B.reciprocal(m_scale)), B.scalar(B.reciprocal(v_scale))
 
     assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))

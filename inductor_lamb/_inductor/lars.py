@@ -1,8 +1,10 @@
-"""LARS step (DESIGN.md, PaddlePaddle merged lars_momentum) in the backend vocabulary."""
+"""LARS step (DESIGN.md, PaddlePaddle merged lars_momentum) in the backend
+vocabulary, as its two phases (the one-call step is reduce then apply)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from .backends import Backend, assign_params, master_or_params, scaled_grads
 
@@ -15,20 +17,27 @@ def per_param(values, n: int, if_empty):
     return values * n if len(values) == 1 else values
 
 
-def lars_step(B: Backend, a: SimpleNamespace) -> None:
+def _grads(B: Backend, a: SimpleNamespace) -> list[Any]:
+    return scaled_grads(B, a.grads, a.grad_scale, factor=a.rescale_grad)
+
+
+def lars_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
+    """Layer norms (nothing written): [||p||^2, ||g||^2] per tensor."""
+    return [B.sumsq(master_or_params(B, a.params, a.master_params)), B.sumsq(_grads(B, a))]
+
+
+def lars_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
+    """Local learning rates from the reductions; v = mu v + local_lr (g + wd p); p -= v."""
     n = len(a.params)
-    if n == 0:
-        return
-    B.found_inf = a.found_inf
     wds = [float(w) for w in per_param(a.weight_decay, n, 0.0)]
     adapts = per_param(a.layer_adaptation, n, True)
-    g = scaled_grads(B, a.grads, a.grad_scale, factor=a.rescale_grad)
+    g = _grads(B, a)
     p = master_or_params(B, a.params, a.master_params)
     lr = a.lr
     local_lr = []
     for i in range(n):
         if adapts[i] and wds[i] > 0:
-            p_norm, g_norm = B.sqrt(B.sumsq(p[i])), B.sqrt(B.sumsq(g[i]))
+            p_norm, g_norm = B.sqrt(reductions[0][i]), B.sqrt(reductions[1][i])
             trust = B.div(B.mul(B.mul(p_norm, a.lars_coeff), lr), B.add(B.add(g_norm, B.mul(p_norm, wds[i])), a.eps))
             local_lr.append(B.scalar(B.where_positive(p_norm, g_norm, trust, lr)))
         else:

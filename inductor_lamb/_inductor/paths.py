@@ -24,14 +24,28 @@ OPS = tuple(SPECS)
 _state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
 
 
-def _step_functions() -> dict[str, Callable[..., None]]:
-    from .adagrad import adagrad_step
-    from .lamb import lamb_step
-    from .lamb16 import lamb16_step
-    from .lars import lars_step
+def _step_functions() -> dict[str, Callable[..., Any]]:
+    """Per op name, ``f(B, a)``: the op's math on backend ``B`` with bound arguments
+    ``a``; a reduce op's returns its packed reductions. Layer-wise ops are written
+    as two phases; their one-call step is reduce then apply."""
+    from . import adagrad, lamb, lamb16, lars
 
-    return {"lamb_step_": lamb_step, "lamb16_step_": lamb16_step, "lars_step_": lars_step,
-            "adagrad_step_": adagrad_step}
+    phases = {"lamb_step_": (lamb.lamb_reduce, lamb.lamb_apply),
+              "lamb16_step_": (lamb16.lamb16_reduce, lamb16.lamb16_apply),
+              "lars_step_": (lars.lars_reduce, lars.lars_apply)}
+    out: dict[str, Callable[..., Any]] = {"adagrad_step_": adagrad.adagrad_step}
+    for spec in SPECS.values():
+        if spec.phase == "step" and spec.name in phases:
+            reduce, apply = phases[spec.name]
+            out[spec.name] = lambda B, a, reduce=reduce, apply=apply: (apply(B, a, reduce(B, a)) if a.params else None)
+        elif spec.phase == "reduce":
+            reduce, k = phases[spec.step][0], len(spec.reductions)
+            out[spec.name] = lambda B, a, reduce=reduce, k=k: B.pack(reduce(B, a) if a.params else [], a.lr, k)
+        elif spec.phase == "apply":
+            apply, k = phases[spec.step][1], len(spec.reductions)
+            out[spec.name] = lambda B, a, apply=apply, k=k: (apply(B, a, B.unpack(a.reductions, k)) if a.params
+                                                            else None)
+    return out
 
 
 def compile_path(op: str | None = None) -> str:
@@ -60,11 +74,14 @@ def _install_lowering(name: str) -> None:
 
     spec, step = SPECS[name], _step_functions()[name]
 
-    def lowering(*args: Any, **kwargs: Any) -> tuple[()]:
+    def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
         arg_cap.mark_graph()
-        step(IRBackend(), SimpleNamespace(**spec.bind(args, kwargs)))
-        return ()
+        B = IRBackend()
+        a = SimpleNamespace(**spec.bind(args, kwargs))
+        B.found_inf = a.found_inf
+        out = step(B, a)
+        return out if spec.phase == "reduce" else ()
 
     register_lowering(spec.op, type_promotion_kind=None)(lowering)
     _state["lowered"][name] = spec.op
@@ -77,10 +94,12 @@ def _install_decomposition(name: str) -> None:
 
     spec, step = SPECS[name], _step_functions()[name]
 
-    def decomposition(*args: Any, **kwargs: Any) -> None:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
         a = spec.bind(args, kwargs)
         check(spec, a)  # the fake's checks: tracing applies the decomposition instead of it
-        step(TorchBackend(), SimpleNamespace(**a))
+        B = TorchBackend()
+        B.found_inf = a["found_inf"]
+        return step(B, SimpleNamespace(**a))
 
     lib = torch.library.Library("lamb", "IMPL")
     _state["libraries"][name] = lib

@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .. import ops
+
 __all__ = ["FusedOptimizer", "ScheduledValues", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -406,11 +408,8 @@ class FusedOptimizer(Optimizer):
             norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
             part = torch.stack(norms).double().square().sum()
             total = part if total is None else total + part.to(total.device, non_blocking=True)
-            grad_scale, _ = self._amp_args(total.device)
-        norm = total.sqrt()
-        if grad_scale is not None:
-            norm = norm / grad_scale.double()
-        return (norm / max_norm).clamp(min=1.0).float()
+        grad_scale, _ = self._amp_args(total.device)
+        return ops.clip_factor(total, max_norm, grad_scale)
 
     @staticmethod
     def _on_bucket(value: Tensor, bucket: dict[str, list[Tensor]]) -> Tensor:
