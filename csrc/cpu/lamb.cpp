@@ -16,18 +16,6 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LambKernels, lamb_kernels)
 
 namespace {
 
-// The schema's arguments, split where an apply op takes `reductions`.
-#define LAMB_LISTS                                                                                        \
-  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,      \
-      at::TensorList steps
-#define LAMB_HYPERS                                                                                       \
-  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
-      bool bias_correction, bool grad_averaging, bool always_adapt, bool trust_clip, double max_grad_norm,     \
-      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
-      std::optional<at::TensorList> master_params
-#define LAMB_ARGS                                                                                          \
-  params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay, bias_correction,   \
-      grad_averaging, always_adapt, trust_clip, max_grad_norm, grad_scale, found_inf, master_params
 
 constexpr int64_t kReductions = 2;  // per tensor: ||p||^2, ||u||^2 (sums over shards)
 

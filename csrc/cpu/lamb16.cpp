@@ -16,16 +16,6 @@ INDUCTOR_LAMB_DECLARE_KERNELS(Lamb16Kernels, lamb16_kernels)
 
 namespace {
 
-#define LAMB16_LISTS                                                                                        \
-  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,        \
-      at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales, at::TensorList steps
-#define LAMB16_HYPERS                                                                                       \
-  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
-      double trust_scale, const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf, \
-      std::optional<at::TensorList> master_params
-#define LAMB16_ARGS                                                                                          \
-  params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1_t, beta2_t, eps, \
-      weight_decay, trust_scale, grad_scale, found_inf, master_params
 
 // Per tensor: ||p||^2, ||u||^2 (sums over shards), amax |m|, amax v (maxima over shards).
 constexpr int64_t kReductions = 4;

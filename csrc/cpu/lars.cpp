@@ -15,15 +15,6 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LarsKernels, lars_kernels)
 
 namespace {
 
-#define LARS_LISTS at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers
-#define LARS_HYPERS                                                                                           \
-  const at::Tensor &lr, const at::Tensor &momentum_t, double lars_coeff, double eps, double rescale_grad,     \
-      c10::ArrayRef<double> weight_decay, const c10::List<bool>&layer_adaptation,                              \
-      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
-      std::optional<at::TensorList> master_params
-#define LARS_ARGS                                                                                              \
-  params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad, weight_decay, layer_adaptation, \
-      grad_scale, found_inf, master_params
 
 constexpr int64_t kReductions = 2;  // per tensor: ||p||^2, ||g||^2 (sums over shards)
 

@@ -45,6 +45,40 @@ std::vector<StateList> check_adagrad_step(const char* op, at::TensorList params,
                                           const OptTensor& found_inf, const OptList& master_params,
                                           const at::Device& device);
 
+// The C++ parameter lists of the layer-wise ops (one-call, reduce and apply
+// share them; an apply op takes `const at::Tensor& reductions` between
+// <OP>_LISTS and <OP>_HYPERS, as its schema does), for the CPU and CUDA glue.
+#define LAMB_LISTS                                                                                        \
+  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,      \
+      at::TensorList steps
+#define LAMB_HYPERS                                                                                       \
+  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
+      bool bias_correction, bool grad_averaging, bool always_adapt, bool trust_clip, double max_grad_norm,     \
+      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
+      std::optional<at::TensorList> master_params
+#define LAMB_ARGS                                                                                          \
+  params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay, bias_correction,   \
+      grad_averaging, always_adapt, trust_clip, max_grad_norm, grad_scale, found_inf, master_params
+#define LAMB16_LISTS                                                                                        \
+  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,        \
+      at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales, at::TensorList steps
+#define LAMB16_HYPERS                                                                                       \
+  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
+      double trust_scale, const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf, \
+      std::optional<at::TensorList> master_params
+#define LAMB16_ARGS                                                                                          \
+  params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1_t, beta2_t, eps, \
+      weight_decay, trust_scale, grad_scale, found_inf, master_params
+#define LARS_LISTS at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers
+#define LARS_HYPERS                                                                                           \
+  const at::Tensor &lr, const at::Tensor &momentum_t, double lars_coeff, double eps, double rescale_grad,     \
+      c10::ArrayRef<double> weight_decay, const c10::List<bool>&layer_adaptation,                              \
+      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
+      std::optional<at::TensorList> master_params
+#define LARS_ARGS                                                                                              \
+  params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad, weight_decay, layer_adaptation, \
+      grad_scale, found_inf, master_params
+
 // LARS per-param options given as one value for all or one per param (0 values: `if_empty`).
 template <typename List, typename V>
 V per_param(const List& values, size_t i, V if_empty) {

@@ -1,4 +1,5 @@
-// Engine pieces shared by the optimizers: global grad-norm clipping.
+// Engine pieces shared by the optimizers: the reduce phase's per-tensor totals,
+// global grad-norm clipping.
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -30,7 +31,21 @@ __global__ void grad_clip_kernel(Launch l, double max_norm) {
   }
 }
 
+__global__ void finish_reductions_kernel(Launch l, int k, unsigned max_mask) {
+  const int32_t i = tensor_index();
+  if (i >= l.num_tensors || skip_step(l)) return;
+  const TensorMeta& t = l.tensors[i];
+  for (int j = 0; j < k; ++j)
+    l.reductions[i * k + j] = (max_mask >> j) & 1u ? tensor_max(l, t, j) : float(tensor_sum(l, t, j));
+  if (t.step) *t.step += 1.f;
+}
+
 }  // namespace
+
+cudaError_t launch_finish_reductions(const Launch& l, int k, unsigned max_mask) {
+  if (l.num_tensors > 0) finish_reductions_kernel<<<tensor_grid(l), kThreads, 0, l.stream>>>(l, k, max_mask);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_grad_clip(const Launch& l, double max_norm) {
   if (l.num_chunks > 0) grad_sumsq_kernel<<<chunk_grid(l), kThreads, 0, l.stream>>>(l);

@@ -116,6 +116,11 @@ inline dim3 chunk_grid(const Launch& l) { return dim3(static_cast<unsigned>(l.nu
 inline dim3 tensor_grid(const Launch& l) { return dim3(static_cast<unsigned>((l.num_tensors + kThreads - 1) / kThreads)); }
 __device__ __forceinline__ int32_t tensor_index() { return blockIdx.x * blockDim.x + threadIdx.x; }
 
+// The reduce phase's last launch (engine.cu): per tensor, column j of
+// l.reductions = the sum (or, where bit j of max_mask is set, the max) over its
+// chunks of partial j, j < k; and steps += 1 where the tensor has a step.
+cudaError_t launch_finish_reductions(const Launch& l, int k, unsigned max_mask);
+
 // Global grad-norm clipping (engine.cu), two launches: l.global[0] = clip factor
 // 1 / max(1, ||grads / grad_scale|| / max_norm); kernels then read grad_multiplier(l, true).
 cudaError_t launch_grad_clip(const Launch& l, double max_norm);

@@ -1,8 +1,9 @@
-// LAMB on CUDA: three launches whatever the number of tensors (two more with
-// global grad clipping). pass 1 updates m, v and writes per-chunk partial
-// ||p||^2, ||u||^2; one thread per tensor sums them in chunk order, increments
-// the step and stores the step size; pass 2 recomputes u from the new m, v and
-// writes p (40 bytes/param, like the CPU kernel).
+// LAMB on CUDA, whatever the number of tensors: reduce = pass 1 (updates m, v,
+// writes per-chunk partial ||p||^2, ||u||^2; two launches before it with global
+// grad clipping) and one thread per tensor summing them in chunk order into the
+// reductions and incrementing the step; apply = one thread per tensor turning
+// the reductions into the step size, and pass 2 (recomputes u from the new m, v
+// and writes p: 40 bytes/param, like the CPU kernel).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -29,7 +30,7 @@ __global__ void pass1(Launch l, LambHyper h, bool clipped) {
   const BlockChunk c(l, blockIdx.x);
   const TensorMeta& t = c.t;
   const LambMath math(h);
-  const double step = double(*t.step) + 1.0;  // the reduce kernel stores it
+  const double step = double(*t.step) + 1.0;  // finish_reductions stores it
   const float inv_bc1 = inv_bias_correction(*h.beta1, step, h.bias_correction);
   const float inv_bc2 = inv_bias_correction(*h.beta2, step, h.bias_correction);
   const float mul = grad_multiplier(l, clipped);
@@ -50,16 +51,15 @@ __global__ void pass1(Launch l, LambHyper h, bool clipped) {
   write_partial(l, 1, u_sq);
 }
 
-__global__ void reduce(Launch l, LambHyper h) {
+__global__ void coeffs(Launch l, LambHyper h) {
   const int32_t i = tensor_index();
   if (i >= l.num_tensors || skip_step(l)) return;
   const TensorMeta& t = l.tensors[i];
-  const double step = double(*t.step) + 1.0;
-  *t.step = float(step);
+  const double step = double(*t.step);  // incremented by the reduce phase
   float* k = l.coeffs + i * kCoeffs;
   k[kInvBc1] = inv_bias_correction(*h.beta1, step, h.bias_correction);
   k[kInvBc2] = inv_bias_correction(*h.beta2, step, h.bias_correction);
-  const double p_norm = sqrt(tensor_sum(l, t, 0)), u_norm = sqrt(tensor_sum(l, t, 1));
+  const double p_norm = sqrt(double(l.reductions[2 * i])), u_norm = sqrt(double(l.reductions[2 * i + 1]));
   const bool adapt = h.weight_decay != 0 || h.always_adapt;
   double ratio = adapt && p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
   if (h.trust_clip) ratio = fmin(ratio, 1.0);
@@ -84,15 +84,21 @@ __global__ void pass2(Launch l, LambHyper h) {
 }  // namespace
 }  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lamb_step(const inductor_lamb::cuda::Launch* l,
-                                            const inductor_lamb::cuda::LambHyper* h) {
+extern "C" int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l,
+                                              const inductor_lamb::cuda::LambHyper* h) {
   using namespace inductor_lamb::cuda;
   const bool clipped = h->max_grad_norm > 0;
   if (clipped) {
     if (cudaError_t e = launch_grad_clip(*l, h->max_grad_norm)) return e;
   }
   if (l->num_chunks > 0) pass1<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h, clipped);
-  if (l->num_tensors > 0) reduce<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+  return launch_finish_reductions(*l, 2, 0u);
+}
+
+extern "C" int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l,
+                                             const inductor_lamb::cuda::LambHyper* h) {
+  using namespace inductor_lamb::cuda;
+  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   if (l->num_chunks > 0) pass2<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   return cudaGetLastError();
 }

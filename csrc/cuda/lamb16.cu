@@ -1,8 +1,10 @@
-// LAMB16 on CUDA (LAMB with float8 moments): three launches. pass 1 reduces
-// ||p||^2, ||u||^2, amax |m|, amax v per chunk (reading p, g, m8, v8 and the old
-// scales); one thread per tensor computes the trust ratio and the new scales,
-// folds the old ones into coefficients and only then overwrites them; pass 2
-// recomputes m, v, u, writes p and stores m, v in float8 (26 bytes/param).
+// LAMB16 on CUDA (LAMB with float8 moments). reduce: pass 1 reduces ||p||^2,
+// ||u||^2, amax |m|, amax v per chunk (reading p, g, m8, v8 and the old scales),
+// then one thread per tensor totals them into the reductions and increments the
+// step. apply: one thread per tensor computes the trust ratio and the new scales
+// from the reductions, folds the old scales into coefficients and only then
+// overwrites them; pass 2 recomputes m, v, u, writes p and stores m, v in
+// float8 (26 bytes/param).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -65,21 +67,21 @@ __global__ void pass1(Launch l, Lamb16Hyper h) {
 
 __device__ __forceinline__ float new_scale(float amax, float fp8_max) { return fmaxf(amax / fp8_max, 1.17549435e-38f); }
 
-__global__ void reduce(Launch l, Lamb16Hyper h) {
+__global__ void coeffs(Launch l, Lamb16Hyper h) {
   const int32_t i = tensor_index();
   if (i >= l.num_tensors || skip_step(l)) return;
   const TensorMeta& t = l.tensors[i];
-  *t.step += 1.f;
+  const float* r = l.reductions + 4 * i;  // ||p||^2, ||u||^2, amax |m|, amax v
   float* k = l.coeffs + i * kCoeffs;
   k[kBeta1Scale] = *h.beta1 * *t.scalar[0];
   k[kBeta2Scale] = *h.beta2 * *t.scalar[1];
-  const double p_norm = sqrt(tensor_sum(l, t, 0)), u_norm = sqrt(tensor_sum(l, t, 1));
+  const double p_norm = sqrt(double(r[0])), u_norm = sqrt(double(r[1]));
   const double lr = *l.lr;
   double ratio = 1.0;
   if (p_norm > 0 && u_norm > 0) ratio = fmin(pow(p_norm / u_norm * 1e-3 / lr, h.trust_scale), 2.0);
   k[kStepSize] = float(lr * ratio);
-  const float m_scale = new_scale(tensor_max(l, t, 2), kE4M3Max);
-  const float v_scale = new_scale(tensor_max(l, t, 3), kE5M2Max);
+  const float m_scale = new_scale(r[2], kE4M3Max);
+  const float v_scale = new_scale(r[3], kE5M2Max);
   k[kInvMScale] = 1.f / m_scale;
   k[kInvVScale] = 1.f / v_scale;
   *t.scalar[0] = m_scale;  // pass 2 reads the old ones from k
@@ -107,11 +109,17 @@ __global__ void pass2(Launch l, Lamb16Hyper h) {
 }  // namespace
 }  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lamb16_step(const inductor_lamb::cuda::Launch* l,
-                                              const inductor_lamb::cuda::Lamb16Hyper* h) {
+extern "C" int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l,
+                                                const inductor_lamb::cuda::Lamb16Hyper* h) {
   using namespace inductor_lamb::cuda;
   if (l->num_chunks > 0) pass1<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_tensors > 0) reduce<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+  return launch_finish_reductions(*l, 4, 0b1100u);  // sums of squares, then maxima
+}
+
+extern "C" int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l,
+                                               const inductor_lamb::cuda::Lamb16Hyper* h) {
+  using namespace inductor_lamb::cuda;
+  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   if (l->num_chunks > 0) pass2<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   return cudaGetLastError();
 }

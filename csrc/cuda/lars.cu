@@ -1,7 +1,7 @@
-// LARS on CUDA (PaddlePaddle merged lars_momentum semantics): three launches.
-// pass 1: per-chunk partial ||p||^2, ||g||^2; one thread per tensor: the local
-// lr; pass 2: momentum and param update. Weight decay and layer adaptation are
-// per tensor (TensorMeta::option).
+// LARS on CUDA (PaddlePaddle merged lars_momentum semantics). reduce: per-chunk
+// partial ||p||^2, ||g||^2, totalled per tensor into the reductions; apply: one
+// thread per tensor computes the local lr, then the momentum and param update.
+// Weight decay and layer adaptation are per tensor (TensorMeta::option).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -28,13 +28,13 @@ __global__ void norms(Launch l, LarsHyper h) {
   write_partial(l, 1, g_sq);
 }
 
-__global__ void reduce(Launch l, LarsHyper h) {
+__global__ void coeffs(Launch l, LarsHyper h) {
   const int32_t i = tensor_index();
   if (i >= l.num_tensors || skip_step(l)) return;
   const TensorMeta& t = l.tensors[i];
   const double wd = t.option[0], lr = *l.lr;
   const bool adapt = t.option[1] != 0.f;
-  const double p_norm = sqrt(tensor_sum(l, t, 0)), g_norm = sqrt(tensor_sum(l, t, 1));
+  const double p_norm = sqrt(double(l.reductions[2 * i])), g_norm = sqrt(double(l.reductions[2 * i + 1]));
   double local_lr = lr;
   if (adapt && wd > 0 && p_norm > 0 && g_norm > 0) local_lr = lr * h.lars_coeff * p_norm / (g_norm + wd * p_norm + h.eps);
   l.coeffs[i * kCoeffs + kLocalLr] = float(local_lr);
@@ -58,11 +58,17 @@ __global__ void update(Launch l, LarsHyper h) {
 }  // namespace
 }  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lars_step(const inductor_lamb::cuda::Launch* l,
-                                            const inductor_lamb::cuda::LarsHyper* h) {
+extern "C" int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l,
+                                              const inductor_lamb::cuda::LarsHyper* h) {
   using namespace inductor_lamb::cuda;
   if (l->num_chunks > 0) norms<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_tensors > 0) reduce<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+  return launch_finish_reductions(*l, 2, 0u);
+}
+
+extern "C" int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l,
+                                             const inductor_lamb::cuda::LarsHyper* h) {
+  using namespace inductor_lamb::cuda;
+  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   if (l->num_chunks > 0) update<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   return cudaGetLastError();
 }

@@ -47,6 +47,8 @@ struct Launch {
   float* partials;            // device workspace, [num_chunks * kPartials]
   float* coeffs;              // device workspace, [num_tensors * kCoeffs]
   float* global;              // device workspace, [kPartials]: whole-list values (grad clip factor)
+  float* reductions;          // device, [num_tensors * k]: the two-phase ops' per-tensor reductions
+                              // (written by a reduce launcher, read by an apply launcher)
   const float* lr;            // device, 0-d
   const float* grad_scale;    // device or null: grads are divided by it
   const float* found_inf;     // device or null: nonzero skips the whole step
@@ -81,10 +83,16 @@ struct AdagradHyper {
 
 }  // namespace inductor_lamb::cuda
 
-// Each returns a cudaError_t (0 on success) of its launches.
+// Each returns a cudaError_t (0 on success) of its launches. The layer-wise
+// steps have two launchers, one per phase: *_reduce does pass 1 and writes
+// l->reductions (zeroed by the caller: a skipped step leaves zeros); *_apply
+// reads them and does pass 2. A one-call step runs both on the same Launch.
 extern "C" {
-int inductor_lamb_cuda_lamb_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
-int inductor_lamb_cuda_lamb16_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
-int inductor_lamb_cuda_lars_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
+int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
+int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
+int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
+int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
+int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
+int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
 int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::AdagradHyper* h);
 }

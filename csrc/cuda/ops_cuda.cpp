@@ -119,110 +119,214 @@ void check_launch(int err, const char* op) {
   TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-// Everything an op does once its arguments are checked: device guard, layouts
-// (TensorRows), the tensor table, workspace, launch and write-back. `num_states`
-// state lists come first in `lists`, then master params when `has_master`;
-// fill(i, meta) adds the op's own per-tensor pointers and options, launch(l)
-// calls its extern "C" launcher.
-template <typename Fill, typename LaunchFn>
-void run_step(const char* op, at::TensorList params, at::TensorList grads, const std::vector<cpu::StateList>& lists,
-              int num_states, bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
-              const std::optional<at::Tensor>& found_inf, const Fill& fill, const LaunchFn& launch) {
-  if (params.empty()) return;
-  const at::Device device = params[0].device();
-  const c10::cuda::CUDAGuard guard(device);
-  TensorRows rows(params, grads, lists);
-  std::vector<TensorMeta> tensors(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    TensorMeta& t = tensors[i];
-    t = TensorMeta{};
-    t.param = rows.param(i);
-    t.grad = rows.grad(i);
-    for (int k = 0; k < num_states; ++k) t.state[k] = rows.state(i, k);
-    t.master = has_master ? rows.floats(i, num_states) : nullptr;
-    t.numel = rows.numels()[i];
-    t.dtype = static_cast<int32_t>(rows.dtypes()[i]);
-    fill(i, t);
-  }
-  auto prepared = prepare(tensors, device, lr, grad_scale, found_inf, op);
-  check_launch(launch(prepared.launch), op);
-  rows.commit();
-}
-
 // Where the op runs: the params' device (the lr's for an empty call), as spec.py's checks say.
 at::Device device_of(at::TensorList params, const at::Tensor& lr) { return params.empty() ? lr.device() : params[0].device(); }
 
+// Everything an op does once its arguments are checked: device guard, layouts
+// (TensorRows), the tensor table, workspace, launches and write-back. `num_states`
+// state lists come first in `lists`, then master params when `has_master`;
+// fill(i, meta) adds the op's own per-tensor pointers and options.
+class CudaCall {
+ public:
+  template <typename Fill>
+  CudaCall(const char* op, at::TensorList params, at::TensorList grads, const std::vector<cpu::StateList>& lists,
+           int num_states, bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
+           const std::optional<at::Tensor>& found_inf, const Fill& fill)
+      : op_(op), device_(device_of(params, lr)), guard_(device_), rows_(params, grads, lists), has_master_(has_master),
+        num_states_(num_states) {
+    if (params.empty()) return;
+    std::vector<TensorMeta> tensors(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      TensorMeta& t = tensors[i];
+      t = TensorMeta{};
+      t.param = rows_.param(i);
+      t.grad = rows_.grad(i);
+      for (int k = 0; k < num_states; ++k) t.state[k] = rows_.state(i, k);
+      t.master = has_master ? rows_.floats(i, num_states) : nullptr;
+      t.numel = rows_.numels()[i];
+      t.dtype = static_cast<int32_t>(rows_.dtypes()[i]);
+      fill(i, t);
+    }
+    prepared_ = prepare(tensors, device_, lr, grad_scale, found_inf, op);
+  }
+
+  bool empty() const { return rows_.size() == 0; }
+
+  // A reduce phase's output: zeros (what a skipped step returns), written by the launches.
+  at::Tensor new_reductions(int64_t k) {
+    reductions_ = at::zeros({static_cast<int64_t>(rows_.size()), k}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    prepared_.launch.reductions = reductions_.data_ptr<float>();
+    return reductions_;
+  }
+  // An apply phase's input (checked last, like spec.py's checks).
+  void use_reductions(const at::Tensor& reductions, int64_t k) {
+    cpu::check_reductions(cpu::ArgChecker(op_), reductions, static_cast<int64_t>(rows_.size()), k, device_);
+    reductions_ = reductions.contiguous();
+    prepared_.launch.reductions = reductions_.data_ptr<float>();
+  }
+
+  template <typename LaunchFn>
+  void launch(const LaunchFn& fn) {
+    if (!empty()) check_launch(fn(prepared_.launch), op_);
+  }
+  // Writes back what a phase wrote (see TensorRows::commit).
+  void commit(bool params, std::initializer_list<int> states) {
+    rows_.commit(params, states, has_master_ ? num_states_ : -1);
+  }
+  void commit() { rows_.commit(); }
+
+ private:
+  const char* op_;
+  at::Device device_;
+  c10::cuda::CUDAGuard guard_;
+  TensorRows rows_;
+  bool has_master_;
+  int num_states_;
+  PreparedLaunch prepared_{};
+  at::Tensor reductions_;
+};
+
 // ---- the ops ---------------------------------------------------------------------------
+// Each layer-wise op comes as one call and as its two phases (the same launches:
+// the one-call op is reduce then apply, bit for bit).
 
-void lamb_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                    at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1, const at::Tensor& beta2,
-                    double eps, double weight_decay, bool bias_correction, bool grad_averaging, bool always_adapt,
-                    bool trust_clip, double max_grad_norm, const std::optional<at::Tensor>& grad_scale,
-                    const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_lamb_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
-                                          weight_decay, max_grad_norm, grad_scale, found_inf, master_params,
-                                          device_of(params, lr));
-  const LambHyper h{beta1.data_ptr<float>(), beta2.data_ptr<float>(), eps, weight_decay, max_grad_norm, bias_correction, grad_averaging, always_adapt,
-                    trust_clip};
-  run_step("lamb_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
-           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
-           [&](const Launch& l) { return inductor_lamb_cuda_lamb_step(&l, &h); });
+
+struct LambCall {
+  CudaCall call;  // first: its argument checks run before h reads any tensor
+  LambHyper h;
+  LambCall(const char* op, LAMB_LISTS, LAMB_HYPERS)
+      : call(op, params, grads,
+             cpu::check_lamb_step(op, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay,
+                                  max_grad_norm, grad_scale, found_inf, master_params, device_of(params, lr)),
+             2, master_params.has_value(), lr, grad_scale, found_inf,
+             [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); }),
+        h{beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, max_grad_norm, bias_correction,
+          grad_averaging, always_adapt, trust_clip} {}
+  at::Tensor reduce() {
+    at::Tensor r = call.new_reductions(2);
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb_reduce(&l, &h); });
+    call.commit(false, {0, 1});
+    return r;
+  }
+  void apply() {
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb_apply(&l, &h); });
+    call.commit(true, {});
+  }
+};
+
+void lamb_step_cuda(LAMB_LISTS, LAMB_HYPERS) {
+  LambCall c("lamb_step_", LAMB_ARGS);
+  c.reduce();
+  c.apply();
+}
+at::Tensor lamb_reduce_cuda(LAMB_LISTS, LAMB_HYPERS) { return LambCall("lamb_reduce_", LAMB_ARGS).reduce(); }
+void lamb_apply_cuda(LAMB_LISTS, const at::Tensor& reductions, LAMB_HYPERS) {
+  LambCall c("lamb_apply_", LAMB_ARGS);
+  c.call.use_reductions(reductions, 2);
+  c.apply();
 }
 
-void lamb16_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                      at::TensorList exp_avg_sqs, at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales,
-                      at::TensorList steps, const at::Tensor& lr, const at::Tensor& beta1,
-                      const at::Tensor& beta2, double eps, double weight_decay, double trust_scale, const std::optional<at::Tensor>& grad_scale,
-                      const std::optional<at::Tensor>& found_inf, std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_lamb16_step(params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales,
-                                            steps, lr, beta1, beta2, eps, weight_decay, trust_scale, grad_scale,
-                                            found_inf, master_params, device_of(params, lr));
-  const Lamb16Hyper h{beta1.data_ptr<float>(), beta2.data_ptr<float>(), eps, weight_decay, trust_scale};
-  run_step("lamb16_step_", params, grads, lists, 2, master_params.has_value(), lr, grad_scale, found_inf,
-           [&](size_t i, TensorMeta& t) {
-             t.step = steps[i].data_ptr<float>();
-             t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
-             t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
-           },
-           [&](const Launch& l) { return inductor_lamb_cuda_lamb16_step(&l, &h); });
+
+struct Lamb16Call {
+  CudaCall call;  // first: its argument checks run before h reads any tensor
+  Lamb16Hyper h;
+  Lamb16Call(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
+      : call(op, params, grads,
+             cpu::check_lamb16_step(op, params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
+                                    lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
+                                    master_params, device_of(params, lr)),
+             2, master_params.has_value(), lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) {
+               t.step = steps[i].data_ptr<float>();
+               t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
+               t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
+             }),
+        h{beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, trust_scale} {}
+  at::Tensor reduce() {
+    at::Tensor r = call.new_reductions(4);
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_reduce(&l, &h); });
+    return r;  // (only the steps, which are never copied, were written)
+  }
+  void apply() {
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_apply(&l, &h); });
+    call.commit(true, {0, 1});
+  }
+};
+
+void lamb16_step_cuda(LAMB16_LISTS, LAMB16_HYPERS) {
+  Lamb16Call c("lamb16_step_", LAMB16_ARGS);
+  c.reduce();
+  c.apply();
+}
+at::Tensor lamb16_reduce_cuda(LAMB16_LISTS, LAMB16_HYPERS) { return Lamb16Call("lamb16_reduce_", LAMB16_ARGS).reduce(); }
+void lamb16_apply_cuda(LAMB16_LISTS, const at::Tensor& reductions, LAMB16_HYPERS) {
+  Lamb16Call c("lamb16_apply_", LAMB16_ARGS);
+  c.call.use_reductions(reductions, 4);
+  c.apply();
 }
 
-void lars_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
-                    const at::Tensor& lr, const at::Tensor& momentum, double lars_coeff, double eps,
-                    double rescale_grad,
-                    c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation,
-                    const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
-                    std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_lars_step(params, grads, momentum_buffers, lr, momentum, lars_coeff, eps,
-                                          rescale_grad, weight_decay, layer_adaptation, grad_scale, found_inf,
-                                          master_params, device_of(params, lr));
-  const LarsHyper h{momentum.data_ptr<float>(), lars_coeff, eps, rescale_grad};
-  run_step("lars_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
-           [&](size_t i, TensorMeta& t) {
-             t.option[0] = float(cpu::per_param(weight_decay, i, 0.0));
-             t.option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
-           },
-           [&](const Launch& l) { return inductor_lamb_cuda_lars_step(&l, &h); });
+
+struct LarsCall {
+  CudaCall call;  // first: its argument checks run before h reads any tensor
+  LarsHyper h;
+  LarsCall(const char* op, LARS_LISTS, LARS_HYPERS)
+      : call(op, params, grads,
+             cpu::check_lars_step(op, params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad,
+                                  weight_decay, layer_adaptation, grad_scale, found_inf, master_params,
+                                  device_of(params, lr)),
+             1, master_params.has_value(), lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) {
+               t.option[0] = float(cpu::per_param(weight_decay, i, 0.0));
+               t.option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
+             }),
+        h{momentum_t.data_ptr<float>(), lars_coeff, eps, rescale_grad} {}
+  at::Tensor reduce() {
+    at::Tensor r = call.new_reductions(2);
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_reduce(&l, &h); });
+    return r;
+  }
+  void apply() {
+    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_apply(&l, &h); });
+    call.commit(true, {0});
+  }
+};
+
+void lars_step_cuda(LARS_LISTS, LARS_HYPERS) {
+  LarsCall c("lars_step_", LARS_ARGS);
+  c.reduce();
+  c.apply();
+}
+at::Tensor lars_reduce_cuda(LARS_LISTS, LARS_HYPERS) { return LarsCall("lars_reduce", LARS_ARGS).reduce(); }
+void lars_apply_cuda(LARS_LISTS, const at::Tensor& reductions, LARS_HYPERS) {
+  LarsCall c("lars_apply_", LARS_ARGS);
+  c.call.use_reductions(reductions, 2);
+  c.apply();
 }
 
 void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps,
                        const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        std::optional<at::TensorList> master_params) {
-  const auto lists = cpu::check_adagrad_step("adagrad_step_", params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps,
-                                             grad_scale, found_inf, master_params, device_of(params, lr));
   const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
-  run_step("adagrad_step_", params, grads, lists, 1, master_params.has_value(), lr, grad_scale, found_inf,
-           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
-           [&](const Launch& l) { return inductor_lamb_cuda_adagrad_step(&l, &h); });
+  CudaCall call("adagrad_step_", params, grads,
+                cpu::check_adagrad_step("adagrad_step_", params, grads, state_sums, steps, lr, lr_decay, weight_decay,
+                                        eps, grad_scale, found_inf, master_params, device_of(params, lr)),
+                1, master_params.has_value(), lr, grad_scale, found_inf,
+                [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); });
+  call.launch([&](const Launch& l) { return inductor_lamb_cuda_adagrad_step(&l, &h); });
+  call.commit();
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
   m.impl("lamb_step_", &lamb_step_cuda);
+  m.impl("lamb_reduce_", &lamb_reduce_cuda);
+  m.impl("lamb_apply_", &lamb_apply_cuda);
   m.impl("lamb16_step_", &lamb16_step_cuda);
+  m.impl("lamb16_reduce_", &lamb16_reduce_cuda);
+  m.impl("lamb16_apply_", &lamb16_apply_cuda);
   m.impl("lars_step_", &lars_step_cuda);
+  m.impl("lars_reduce", &lars_reduce_cuda);
+  m.impl("lars_apply_", &lars_apply_cuda);
   m.impl("adagrad_step_", &adagrad_step_cuda);
 }
 
