@@ -116,25 +116,8 @@ class LambStep {
   LambArgs args_;
 };
 
-void lamb_step_cpu(LAMB_LISTS, LAMB_HYPERS) {
-  LambStep step("lamb_step_", LAMB_ARGS);
-  step.apply(step.reduce());
-}
-
-at::Tensor lamb_reduce_cpu(LAMB_LISTS, LAMB_HYPERS) { return LambStep("lamb_reduce_", LAMB_ARGS).reduce(); }
-
-void lamb_apply_cpu(LAMB_LISTS, const at::Tensor& reductions, LAMB_HYPERS) {
-  LambStep("lamb_apply_", LAMB_ARGS).apply(reductions);
-}
+INDUCTOR_LAMB_CPU_PHASE_OPS(LambStep, lamb_cpu, LAMB, "lamb_step_", "lamb_reduce_", "lamb_apply_")
 
 }  // namespace
-
-#define LAMB_IMPLS(m)                         \
-  m.impl("lamb_step_", &lamb_step_cpu);       \
-  m.impl("lamb_reduce_", &lamb_reduce_cpu);   \
-  m.impl("lamb_apply_", &lamb_apply_cpu)
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { LAMB_IMPLS(m); }
-// A sparse grad routes the call here: the checks then name it ("grads[i] has layout Sparse").
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LAMB_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

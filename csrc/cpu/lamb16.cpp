@@ -124,26 +124,8 @@ class Lamb16Step {
   Lamb16Args args_;
 };
 
-void lamb16_step_cpu(LAMB16_LISTS, LAMB16_HYPERS) {
-  Lamb16Step step("lamb16_step_", LAMB16_ARGS);
-  step.apply(step.reduce());
-}
-
-at::Tensor lamb16_reduce_cpu(LAMB16_LISTS, LAMB16_HYPERS) {
-  return Lamb16Step("lamb16_reduce_", LAMB16_ARGS).reduce();
-}
-
-void lamb16_apply_cpu(LAMB16_LISTS, const at::Tensor& reductions, LAMB16_HYPERS) {
-  Lamb16Step("lamb16_apply_", LAMB16_ARGS).apply(reductions);
-}
+INDUCTOR_LAMB_CPU_PHASE_OPS(Lamb16Step, lamb16_cpu, LAMB16, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_")
 
 }  // namespace
-
-#define LAMB16_IMPLS(m)                           \
-  m.impl("lamb16_step_", &lamb16_step_cpu);       \
-  m.impl("lamb16_reduce_", &lamb16_reduce_cpu);   \
-  m.impl("lamb16_apply_", &lamb16_apply_cpu)
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { LAMB16_IMPLS(m); }
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LAMB16_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

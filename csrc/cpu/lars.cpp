@@ -93,24 +93,8 @@ class LarsStep {
   double momentum_, grad_mul_;
 };
 
-void lars_step_cpu(LARS_LISTS, LARS_HYPERS) {
-  LarsStep step("lars_step_", LARS_ARGS);
-  step.apply(step.reduce());
-}
-
-at::Tensor lars_reduce_cpu(LARS_LISTS, LARS_HYPERS) { return LarsStep("lars_reduce", LARS_ARGS).reduce(); }
-
-void lars_apply_cpu(LARS_LISTS, const at::Tensor& reductions, LARS_HYPERS) {
-  LarsStep("lars_apply_", LARS_ARGS).apply(reductions);
-}
+INDUCTOR_LAMB_CPU_PHASE_OPS(LarsStep, lars_cpu, LARS, "lars_step_", "lars_reduce", "lars_apply_")
 
 }  // namespace
-
-#define LARS_IMPLS(m)                       \
-  m.impl("lars_step_", &lars_step_cpu);     \
-  m.impl("lars_reduce", &lars_reduce_cpu);  \
-  m.impl("lars_apply_", &lars_apply_cpu)
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { LARS_IMPLS(m); }
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { LARS_IMPLS(m); }
 
 }  // namespace inductor_lamb::cpu

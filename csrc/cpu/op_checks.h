@@ -79,6 +79,30 @@ std::vector<StateList> check_adagrad_step(const char* op, at::TensorList params,
   params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad, weight_decay, layer_adaptation, \
       grad_scale, found_inf, master_params
 
+// The entry points of a two-phase op on one device over its call class `Step`
+// (Step(op, <args>) checks everything; reduce() -> reductions; apply(reductions)):
+// the one-call op is reduce then apply on one checked call, so it gives the
+// phases' bits. INDUCTOR_LAMB_PHASE_IMPLS registers them.
+#define INDUCTOR_LAMB_PHASE_ENTRIES(Step, fn, lists, hypers, args, step_op, reduce_op, apply_op)      \
+  void fn##_step(lists, hypers) {                                                                     \
+    Step s(step_op, args);                                                                            \
+    s.apply(s.reduce());                                                                              \
+  }                                                                                                   \
+  at::Tensor fn##_reduce(lists, hypers) { return Step(reduce_op, args).reduce(); }                    \
+  void fn##_apply(lists, const at::Tensor& reductions, hypers) { Step(apply_op, args).apply(reductions); }
+#define INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op) \
+  m.impl(step_op, &fn##_step);                                         \
+  m.impl(reduce_op, &fn##_reduce);                                     \
+  m.impl(apply_op, &fn##_apply)
+
+// The CPU entry points and registrations (CPU, and SparseCPU so that a sparse
+// grad reaches the checks that name it) of a two-phase op whose parameter
+// macros are P_LISTS, P_HYPERS, P_ARGS.
+#define INDUCTOR_LAMB_CPU_PHASE_OPS(Step, fn, P, step_op, reduce_op, apply_op)                                   \
+  INDUCTOR_LAMB_PHASE_ENTRIES(Step, fn, P##_LISTS, P##_HYPERS, P##_ARGS, step_op, reduce_op, apply_op)           \
+  TORCH_LIBRARY_IMPL(lamb, CPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }         \
+  TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }
+
 // LARS per-param options given as one value for all or one per param (0 values: `if_empty`).
 template <typename List, typename V>
 V per_param(const List& values, size_t i, V if_empty) {

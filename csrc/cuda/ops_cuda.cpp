@@ -208,23 +208,15 @@ struct LambCall {
     call.commit(false, {0, 1});
     return r;
   }
-  void apply() {
+  void apply(const at::Tensor& reductions) {
+    call.use_reductions(reductions, 2);
     call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb_apply(&l, &h); });
     call.commit(true, {});
   }
 };
 
-void lamb_step_cuda(LAMB_LISTS, LAMB_HYPERS) {
-  LambCall c("lamb_step_", LAMB_ARGS);
-  c.reduce();
-  c.apply();
-}
-at::Tensor lamb_reduce_cuda(LAMB_LISTS, LAMB_HYPERS) { return LambCall("lamb_reduce_", LAMB_ARGS).reduce(); }
-void lamb_apply_cuda(LAMB_LISTS, const at::Tensor& reductions, LAMB_HYPERS) {
-  LambCall c("lamb_apply_", LAMB_ARGS);
-  c.call.use_reductions(reductions, 2);
-  c.apply();
-}
+INDUCTOR_LAMB_PHASE_ENTRIES(LambCall, lamb_cuda, LAMB_LISTS, LAMB_HYPERS, LAMB_ARGS, "lamb_step_", "lamb_reduce_",
+                            "lamb_apply_")
 
 
 struct Lamb16Call {
@@ -246,23 +238,15 @@ struct Lamb16Call {
     call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_reduce(&l, &h); });
     return r;  // (only the steps, which are never copied, were written)
   }
-  void apply() {
+  void apply(const at::Tensor& reductions) {
+    call.use_reductions(reductions, 4);
     call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_apply(&l, &h); });
     call.commit(true, {0, 1});
   }
 };
 
-void lamb16_step_cuda(LAMB16_LISTS, LAMB16_HYPERS) {
-  Lamb16Call c("lamb16_step_", LAMB16_ARGS);
-  c.reduce();
-  c.apply();
-}
-at::Tensor lamb16_reduce_cuda(LAMB16_LISTS, LAMB16_HYPERS) { return Lamb16Call("lamb16_reduce_", LAMB16_ARGS).reduce(); }
-void lamb16_apply_cuda(LAMB16_LISTS, const at::Tensor& reductions, LAMB16_HYPERS) {
-  Lamb16Call c("lamb16_apply_", LAMB16_ARGS);
-  c.call.use_reductions(reductions, 4);
-  c.apply();
-}
+INDUCTOR_LAMB_PHASE_ENTRIES(Lamb16Call, lamb16_cuda, LAMB16_LISTS, LAMB16_HYPERS, LAMB16_ARGS, "lamb16_step_", "lamb16_reduce_",
+                            "lamb16_apply_")
 
 
 struct LarsCall {
@@ -283,23 +267,15 @@ struct LarsCall {
     call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_reduce(&l, &h); });
     return r;
   }
-  void apply() {
+  void apply(const at::Tensor& reductions) {
+    call.use_reductions(reductions, 2);
     call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_apply(&l, &h); });
     call.commit(true, {0});
   }
 };
 
-void lars_step_cuda(LARS_LISTS, LARS_HYPERS) {
-  LarsCall c("lars_step_", LARS_ARGS);
-  c.reduce();
-  c.apply();
-}
-at::Tensor lars_reduce_cuda(LARS_LISTS, LARS_HYPERS) { return LarsCall("lars_reduce", LARS_ARGS).reduce(); }
-void lars_apply_cuda(LARS_LISTS, const at::Tensor& reductions, LARS_HYPERS) {
-  LarsCall c("lars_apply_", LARS_ARGS);
-  c.call.use_reductions(reductions, 2);
-  c.apply();
-}
+INDUCTOR_LAMB_PHASE_ENTRIES(LarsCall, lars_cuda, LARS_LISTS, LARS_HYPERS, LARS_ARGS, "lars_step_", "lars_reduce",
+                            "lars_apply_")
 
 void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps,
                        const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
@@ -318,15 +294,9 @@ void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorLi
 }  // namespace
 
 TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
-  m.impl("lamb_step_", &lamb_step_cuda);
-  m.impl("lamb_reduce_", &lamb_reduce_cuda);
-  m.impl("lamb_apply_", &lamb_apply_cuda);
-  m.impl("lamb16_step_", &lamb16_step_cuda);
-  m.impl("lamb16_reduce_", &lamb16_reduce_cuda);
-  m.impl("lamb16_apply_", &lamb16_apply_cuda);
-  m.impl("lars_step_", &lars_step_cuda);
-  m.impl("lars_reduce", &lars_reduce_cuda);
-  m.impl("lars_apply_", &lars_apply_cuda);
+  INDUCTOR_LAMB_PHASE_IMPLS(m, lamb_cuda, "lamb_step_", "lamb_reduce_", "lamb_apply_");
+  INDUCTOR_LAMB_PHASE_IMPLS(m, lamb16_cuda, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_");
+  INDUCTOR_LAMB_PHASE_IMPLS(m, lars_cuda, "lars_step_", "lars_reduce", "lars_apply_");
   m.impl("adagrad_step_", &adagrad_step_cuda);
 }
 
