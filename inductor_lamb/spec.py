@@ -443,15 +443,18 @@ def check(spec: OpSpec, a: dict[str, Any]) -> None:
         for name, lst, dtype in rows:
             like_param(lst[i], name, i, dtype)
 
+    def float32_on_device(t: Tensor, where: str) -> None:
+        if t.dtype != torch.float32:
+            fail(f"{where} must be float32, got {_dtype(t.dtype)}")
+        if t.device != device:
+            fail(f"{where} is on {t.device} but expected {device}")
+
     def scalar_tensor(t: Any, where: str) -> None:
         if not isinstance(t, Tensor):
             fail(f"{where} must be a tensor, got {type(t).__name__}")
         if t.dim() != 0:
             fail(f"{where} must be a 0-d tensor, got shape {_shape(t)}")
-        if t.dtype != torch.float32:
-            fail(f"{where} must be float32, got {_dtype(t.dtype)}")
-        if t.device != device:
-            fail(f"{where} is on {t.device} but expected {device}")
+        float32_on_device(t, where)
 
     for x in spec.of(Role.SCALARS):
         lst = a[x.name]
@@ -467,10 +470,7 @@ def check(spec: OpSpec, a: dict[str, Any]) -> None:
             continue
         if t.numel() != 1:
             fail(f"{x.name} must have one element, got shape {_shape(t)}")
-        if t.dtype != torch.float32:
-            fail(f"{x.name} must be float32, got {_dtype(t.dtype)}")
-        if t.device != device:
-            fail(f"{x.name} is on {t.device} but expected {device}")
+        float32_on_device(t, x.name)
     for x in spec.args:
         v = a[x.name]
         if x.role is Role.FLOAT:
@@ -489,7 +489,4 @@ def check(spec: OpSpec, a: dict[str, Any]) -> None:
         t, k = a[x.name], len(spec.reductions)
         if t.layout != torch.strided or t.dim() != 2 or tuple(t.shape) != (n, k):
             fail(f"{x.name} must have shape [{n}, {k}] (params x partial reductions), got {_shape(t)}")
-        if t.dtype != torch.float32:
-            fail(f"{x.name} must be float32, got {_dtype(t.dtype)}")
-        if t.device != device:
-            fail(f"{x.name} is on {t.device} but expected {device}")
+        float32_on_device(t, x.name)
