@@ -16,6 +16,9 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .. import ops
+from ..spec import OpSpec, Role
+from . import _sharding
+from ._sharding import Sharding
 
 __all__ = ["FusedOptimizer", "ScheduledValues", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
@@ -150,25 +153,44 @@ def _group_device(group: dict[str, Any]) -> torch.device:
 
 class FusedOptimizer(Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
-    (device, dtype) bucket of each param group.
+    (device, dtype, sharding) bucket of each param group.
 
-    Subclasses set ``_state_keys`` (state tensors created like the param,
-    float32 unless ``_state_dtypes`` says otherwise, zero-filled unless
-    ``_state_fill`` says otherwise), optionally ``_scalar_state_keys`` (0-d
-    float32 per-param state, e.g. LAMB16's scales), and implement ``_step_bucket``.
+    Subclasses set ``_op``, the spec of their one-call op, and ``_state_keys``
+    (state tensors created like the param), optionally ``_scalar_state_keys``
+    (0-d float32 per-param state, e.g. LAMB16's scales) and ``_state_fill``.
+    The op call is derived from the spec: its state lists are the state keys in
+    order (``steps`` last among the per-tensor scalars), its state dtypes are
+    the spec's, and each hyper-parameter is the param group's entry of the same
+    name (``betas``: ``beta1``, ``beta2``), unless ``_hypers`` says otherwise.
+
+    DTensor params (FSDP2, HSDP, tensor parallel) step on their local shards
+    with exact per-tensor norms: :mod:`._sharding`.
     """
 
     # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
     # instead of unscaling the grads in a separate pass.
     _step_supports_amp_scaling = True
+    _op: OpSpec
     _state_keys: tuple[str, ...] = ()
-    _state_dtypes: dict[str, torch.dtype] = {}
     _scalar_state_keys: tuple[str, ...] = ()
     # Hyper-parameters torch's schedulers change per step, with their validators:
     # 0-d tensors in every param group (ParamGroup), read by the compiled step.
     _scheduled: dict[str, Callable[[Any], None]] = {"lr": check_lr}
-    # Whether the op keeps a per-param step count (LARS needs none).
-    _has_step = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        op = cls.__dict__.get("_op")
+        if op is None:
+            return
+        # state key -> the op's list argument, in the spec's order
+        states = [a for a in op.of(Role.STATE)]
+        scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]
+        if len(states) != len(cls._state_keys) or len(scalars) != len(cls._scalar_state_keys):
+            raise TypeError(f"{cls.__name__}: state keys do not match the lists of {op.name}")
+        cls._lists = {**{k: a.name for k, a in zip(cls._state_keys, states)},
+                      **{k: a.name for k, a in zip(cls._scalar_state_keys, scalars)}}
+        cls._state_dtypes = {k: a.dtype for k, a in zip(cls._state_keys, states)}
+        cls._has_step = "steps" in op.names
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
@@ -245,7 +267,7 @@ class FusedOptimizer(Optimizer):
         return 0.0
 
     def _state_dtype(self, key: str) -> torch.dtype:
-        return self._state_dtypes.get(key, torch.float32)
+        return self._state_dtypes.get(key, torch.float32)  # (scalars, master copies: float32)
 
     def state_bytes_per_param(self) -> float:
         """Bytes of optimizer state (every tensor in ``self.state``: moments,
@@ -324,28 +346,38 @@ class FusedOptimizer(Optimizer):
 
     # ---- step ----------------------------------------------------------------------
 
-    def _buckets(self, group: dict[str, Any]) -> dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]]:
-        """Params with a grad, with their state, grouped by (device, dtype)."""
-        buckets: dict[tuple[torch.device, torch.dtype], dict[str, list[Tensor]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
+    def _buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Params with a grad, with their state, grouped by (device, dtype,
+        sharding); lists are keyed by the op's argument names and hold local
+        shards of DTensors. Checks every DTensor's layout before anything runs."""
+        buckets: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+        meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
         names = group.get("param_names")  # set when built from model.named_parameters()
+        who = type(self).__name__
         for i, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
+            name = repr(names[i]) if names else f"{i} of param group {index}"
             if p.grad.is_sparse:
-                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                raise RuntimeError(f"{who} does not support sparse gradients")
             state = self._init_state(p, group)
-            b = buckets[(p.device, p.dtype)]
-            b["params"].append(p)
-            b["grads"].append(p.grad)
+            sharding = _sharding.sharding_of(p, p.grad, state, name, who)
+            if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
+                first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name))
+                if first[0] != sharding.mesh:
+                    raise ValueError(f"{who}: param {name} is on a different device mesh than param {first[1]} "
+                                     "of the same param group, device and dtype; put them in separate param groups")
+            b = buckets[(p.device, p.dtype, sharding)]
+            b["sharding"] = sharding
+            b["params"].append(_sharding.local(p))
+            b["grads"].append(_sharding.local(p.grad))
             b["names"].append(names[i] if names else None)
-            for key in (*self._state_keys, *self._scalar_state_keys):
-                b[key].append(state[key])
+            for key, arg in self._lists.items():
+                b[arg].append(_sharding.local(state[key]))
             if self._has_step:
                 b["steps"].append(state["step"])
             if "master_param" in state:
-                b["master_params"].append(state["master_param"])
+                b["master_params"].append(_sharding.local(state["master_param"]))
         return buckets
 
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
@@ -370,13 +402,14 @@ class FusedOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            buckets = self._buckets(group)
+        for index, group in enumerate(self.param_groups):
+            buckets = self._buckets(group, index)
             # Clipping by the group's global grad norm: the op does it when the
-            # group is one bucket; across buckets the clip folds into grad_scale.
+            # group is one unsharded bucket; otherwise the clip folds into grad_scale.
             max_norm = float(group.get("max_grad_norm", 0.0))
-            clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and len(buckets) > 1 else None
-            for (device, _), bucket in buckets.items():
+            whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None
+            clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
+            for (device, _, _), bucket in buckets.items():
                 grad_scale, found_inf = self._amp_args(device)
                 if clip is not None:
                     clip_d = clip.to(device)
@@ -400,34 +433,63 @@ class FusedOptimizer(Optimizer):
     def _opt_called(self, value: bool) -> None:
         pass  # derived from the state, see above
 
-    def _clip_factor(self, buckets: dict[Any, dict[str, list[Tensor]]], max_norm: float) -> Tensor:
-        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group,
-        on the first bucket's device (no host sync: device-to-device copies only)."""
+    def _clip_factor(self, buckets: dict[Any, dict[str, Any]], max_norm: float) -> Tensor:
+        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group
+        (and every shard), on the first bucket's device (no host sync:
+        device-to-device copies and collectives only)."""
         total = None
-        for (device, _), bucket in buckets.items():
+        for (device, _, _), bucket in buckets.items():
             norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
-            part = torch.stack(norms).double().square().sum()
+            part = torch.stack(norms).double().square().sum() if norms else torch.zeros((), dtype=torch.float64,
+                                                                                        device=device)
+            part = _sharding.all_reduce_sum(part, bucket["sharding"])
             total = part if total is None else total + part.to(total.device, non_blocking=True)
         grad_scale, _ = self._amp_args(total.device)
         return ops.clip_factor(total, max_norm, grad_scale)
 
     @staticmethod
-    def _on_bucket(value: Tensor, bucket: dict[str, list[Tensor]]) -> Tensor:
+    def _on_bucket(value: Tensor, bucket: dict[str, Any]) -> Tensor:
         """A group's 0-d hyper-parameter on the bucket's device (a copy only for
         mixed-device groups)."""
         device = bucket["params"][0].device
         return value if value.device == device else value.to(device, non_blocking=True)
 
-    def _bucket_lr(self, group: dict[str, Any], bucket: dict[str, list[Tensor]]) -> Tensor:
-        return self._on_bucket(group["lr"], bucket)
+    def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
+        """The op's hyper-parameters for one bucket: the group's entries of the same
+        names (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device."""
+        values = dict(group)
+        if "betas" in group:
+            values["beta1"], values["beta2"] = group["betas"]
+        out = {}
+        for a in self._op.args:
+            if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.FLOATS, Role.BOOLS):
+                v = values[a.name]
+                out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR else v
+        return out
 
     def _step_bucket(
         self,
         group: dict[str, Any],
-        bucket: dict[str, list[Tensor]],
+        bucket: dict[str, Any],
         grad_scale: Tensor | None,
         found_inf: Tensor | None,
         max_grad_norm: float,
     ) -> None:
-        """One op call for one (device, dtype) bucket of ``group``."""
-        raise NotImplementedError
+        """The op call of one bucket of ``group``: the one-call op, or for sharded
+        layer-wise buckets reduce, combine across shards, apply."""
+        op = self._op
+        args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
+        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf,
+                    master_params=bucket.get("master_params") or None)
+        if "max_grad_norm" in op.names:
+            args["max_grad_norm"] = max_grad_norm
+        sharding = bucket["sharding"]
+        if sharding is None or not sharding.dims or not op.reductions:
+            getattr(ops, op.name)(**args)
+            return
+        partials = getattr(ops, op.reduce_op)(**args)
+        totals = _sharding.combine(partials, [c.combine for c in op.reductions], sharding)
+        getattr(ops, op.apply_op)(reductions=totals, **args)
+
+
+_BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .. import ops
+from ..spec import ADAGRAD
 from ._base import FusedOptimizer, check_nonnegative
 
 __all__ = ["Adagrad"]
@@ -35,6 +35,7 @@ class Adagrad(FusedOptimizer):
         master_weights: float32 master copies of bfloat16/float16 params.
     """
 
+    _op = ADAGRAD
     _state_keys = ("sum",)
 
     def __init__(
@@ -60,11 +61,3 @@ class Adagrad(FusedOptimizer):
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return float(group.get("initial_accumulator_value", 0.0))
-
-    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        ops.adagrad_step_(
-            bucket["params"], bucket["grads"], bucket["sum"], bucket["steps"], lr=self._bucket_lr(group, bucket),
-            lr_decay=group["lr_decay"], weight_decay=group["weight_decay"], eps=group["eps"],
-            maximize=group.get("maximize", False), grad_scale=grad_scale, found_inf=found_inf,
-            master_params=bucket.get("master_params") or None,
-        )

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .. import ops
+from ..spec import LAMB
 from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb"]
@@ -15,7 +15,7 @@ __all__ = ["Lamb"]
 
 class Lamb(FusedOptimizer):
     r"""LAMB with a fused multi-tensor step: one ``torch.ops.lamb.lamb_step_``
-    call per (device, dtype) bucket of each param group.
+    call per (device, dtype, sharding) bucket of each param group.
 
     Update (t = step, bias corrections as in Adam, ``u`` the AdamW direction)::
 
@@ -45,6 +45,7 @@ class Lamb(FusedOptimizer):
     (float32), and ``master_param`` with ``master_weights``.
     """
 
+    _op = LAMB
     _state_keys = ("exp_avg", "exp_avg_sq")
     _scheduled = {"lr": check_lr, "betas": check_betas}
 
@@ -71,14 +72,3 @@ class Lamb(FusedOptimizer):
             max_grad_norm=max_grad_norm, master_weights=master_weights,
         )
         super().__init__(params, defaults)
-
-    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        beta1, beta2 = (self._on_bucket(b, bucket) for b in group["betas"])
-        ops.lamb_step_(
-            bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"], bucket["steps"],
-            lr=self._bucket_lr(group, bucket), beta1=beta1, beta2=beta2, eps=group["eps"],
-            weight_decay=group["weight_decay"], bias_correction=group["bias_correction"],
-            grad_averaging=group["grad_averaging"], always_adapt=group["always_adapt"], trust_clip=group["trust_clip"],
-            max_grad_norm=max_grad_norm, grad_scale=grad_scale, found_inf=found_inf,
-            master_params=bucket.get("master_params") or None,
-        )

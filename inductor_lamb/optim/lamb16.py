@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import ops
+from ..spec import LAMB16
 from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb16"]
@@ -16,7 +16,7 @@ __all__ = ["Lamb16"]
 
 class Lamb16(FusedOptimizer):
     r"""LAMB with its moments stored in float8: one ``torch.ops.lamb.lamb16_step_``
-    call per (device, dtype) bucket of each param group.
+    call per (device, dtype, sharding) bucket of each param group.
 
     ``m`` is kept as ``float8_e4m3fn`` and ``v`` as ``float8_e5m2``, each with a
     per-tensor float32 scale (``amax / float8_max``, so stored values never
@@ -44,8 +44,8 @@ class Lamb16(FusedOptimizer):
     :meth:`state_bytes_per_param`.
     """
 
+    _op = LAMB16
     _state_keys = ("exp_avg", "exp_avg_sq")
-    _state_dtypes = {"exp_avg": torch.float8_e4m3fn, "exp_avg_sq": torch.float8_e5m2}
     _scalar_state_keys = ("exp_avg_scale", "exp_avg_sq_scale")
     _scheduled = {"lr": check_lr, "betas": check_betas}
 
@@ -70,13 +70,3 @@ class Lamb16(FusedOptimizer):
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return 1.0 if key in self._scalar_state_keys else 0.0
-
-    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        beta1, beta2 = (self._on_bucket(b, bucket) for b in group["betas"])
-        ops.lamb16_step_(
-            bucket["params"], bucket["grads"], bucket["exp_avg"], bucket["exp_avg_sq"],
-            bucket["exp_avg_scale"], bucket["exp_avg_sq_scale"], bucket["steps"],
-            lr=self._bucket_lr(group, bucket), beta1=beta1, beta2=beta2, eps=group["eps"],
-            weight_decay=group["weight_decay"], trust_scale=group["trust_scale"],
-            grad_scale=grad_scale, found_inf=found_inf, master_params=bucket.get("master_params") or None,
-        )

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .. import ops
+from ..spec import LARS
 from ._base import FusedOptimizer, check_lr, check_momentum, check_nonnegative
 
 __all__ = ["Lars"]
@@ -64,9 +64,9 @@ class Lars(FusedOptimizer):
     ``master_param`` with ``master_weights``.
     """
 
+    _op = LARS
     _state_keys = ("momentum_buffer",)
     _scheduled = {"lr": check_lr, "momentum": check_momentum}
-    _has_step = False
 
     def __init__(
         self,
@@ -97,14 +97,10 @@ class Lars(FusedOptimizer):
         if self._excludes and not self.param_groups[-1].get("param_names"):
             raise ValueError("Lars: exclusions need parameter names: build the optimizer from model.named_parameters()")
 
-    def _step_bucket(self, group, bucket, grad_scale, found_inf, max_grad_norm) -> None:
-        wd = group["weight_decay"]
-        names = bucket["names"]
-        weight_decays = [0.0 if self._no_decay(n) else wd for n in names] if self._excludes else wd
-        adaptation = [not self._no_adapt(n) for n in names] if self._excludes else True
-        ops.lars_step_(
-            bucket["params"], bucket["grads"], bucket["momentum_buffer"], lr=self._bucket_lr(group, bucket),
-            momentum=self._on_bucket(group["momentum"], bucket), lars_coeff=group["lars_coeff"], eps=group["eps"],
-            rescale_grad=group["rescale_grad"], weight_decay=weight_decays, layer_adaptation=adaptation,
-            grad_scale=grad_scale, found_inf=found_inf, master_params=bucket.get("master_params") or None,
-        )
+    def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
+        out = super()._hypers(group, bucket)
+        if self._excludes:  # per-param lists from the parameter names
+            names = bucket["names"]
+            out["weight_decay"] = [0.0 if self._no_decay(n) else group["weight_decay"] for n in names]
+            out["layer_adaptation"] = [not self._no_adapt(n) for n in names]
+        return out

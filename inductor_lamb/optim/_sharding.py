@@ -1,0 +1,108 @@
+"""DTensor params (FSDP2, HSDP, tensor parallel) in the optimizers.
+
+The kernels run on the local shards. Every per-tensor quantity a step needs
+(LAMB/LARS norms, LAMB16's amax scales, the global grad norm for clipping) is
+one of the full logical tensor: the two-phase ops return local partials, which
+are combined across the mesh dimensions the tensor is sharded on, then the
+apply op finishes the step (protocol: :mod:`inductor_lamb.spec`). A bucket's
+params share one :class:`Sharding`, so one collective per bucket (per sharded
+mesh dimension) suffices: an ``all_reduce`` when every column sums, an
+``all_gather`` combined locally when some take a max (LAMB16's amaxes), which
+is still one collective and gives every rank the same bits. Collectives are
+the traceable functional ones: a compiled step keeps them in its graph, and
+nothing syncs the host.
+
+Along a ``Replicate()`` mesh dimension each rank already holds the whole
+extent, so nothing is combined there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor"]
+
+try:  # (a torch built without distributed has no DTensor: every tensor is local)
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+except ImportError:  # pragma: no cover
+    DTensor = None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Where the shards of a bucket's tensors live: the mesh, and the mesh
+    dimensions along which the partials of one tensor's shards combine."""
+
+    mesh: Any                 # torch.distributed.device_mesh.DeviceMesh
+    dims: tuple[int, ...]     # mesh dims with a Shard placement
+
+    def __str__(self) -> str:
+        return f"mesh {tuple(self.mesh.mesh.shape)} sharded on mesh dims {list(self.dims)}"
+
+
+def is_dtensor(t: Any) -> bool:
+    return DTensor is not None and isinstance(t, DTensor)
+
+
+def _describe(t: Tensor) -> str:
+    return f"DTensor on mesh {tuple(t.device_mesh.mesh.shape)} with placements {tuple(t.placements)}"
+
+
+def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: str) -> Sharding | None:
+    """The sharding of param ``p`` (None for a plain tensor), after checking that
+    its grad and state tensors are laid out like it. Raises ``ValueError``
+    naming the param otherwise (before any tensor is touched)."""
+    if not is_dtensor(p):
+        for key, t in (("grad", grad), *state.items()):
+            if is_dtensor(t):
+                raise ValueError(f"{who}: {key} of param {name} is a {_describe(t)} but the param is a plain "
+                                 "tensor; param, grad and optimizer state must be sharded alike")
+        return None
+    for pl in p.placements:
+        if not isinstance(pl, (Shard, Replicate)):
+            raise ValueError(f"{who}: param {name} has placement {pl}; only Shard(d) and Replicate() are supported")
+    for key, t in (("grad", grad), *state.items()):
+        if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
+            continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
+        if not is_dtensor(t) or t.device_mesh != p.device_mesh or tuple(t.placements) != tuple(p.placements):
+            what = _describe(t) if is_dtensor(t) else "plain tensor"
+            raise ValueError(f"{who}: {key} of param {name} is a {what} but the param is a {_describe(p)}; "
+                             "param, grad and optimizer state must be sharded alike")
+    return Sharding(p.device_mesh, tuple(i for i, pl in enumerate(p.placements) if isinstance(pl, Shard)))
+
+
+def local(t: Tensor) -> Tensor:
+    """The local shard of a DTensor (the tensor itself otherwise); in-place
+    updates of it update the DTensor."""
+    return t.to_local() if is_dtensor(t) else t
+
+
+def all_reduce_sum(t: Tensor, sharding: Sharding | None) -> Tensor:
+    """``t`` summed across the ranks that hold shards of the same tensors."""
+    if sharding is not None:
+        for d in sharding.dims:
+            t = funcol.all_reduce(t, "sum", (sharding.mesh, d))
+    return t
+
+
+def combine(partials: Tensor, combines: Sequence[str], sharding: Sharding | None) -> Tensor:
+    """Per-tensor partial reductions ``[n, k]`` of the local shards, combined over
+    ``sharding``'s mesh dims column by column (``combines[j]``: "sum" or "max")
+    into the full tensors' values: one collective per sharded mesh dimension."""
+    if sharding is None:
+        return partials
+    if all(c == "sum" for c in combines):
+        return all_reduce_sum(partials, sharding)
+    for d in sharding.dims:
+        size = sharding.mesh.size(d)
+        gathered = funcol.all_gather_tensor(partials, 0, (sharding.mesh, d)).view(size, *partials.shape)
+        partials = torch.stack(
+            [gathered[:, :, j].sum(0) if c == "sum" else gathered[:, :, j].amax(0) for j, c in enumerate(combines)],
+            dim=1)
+    return partials
