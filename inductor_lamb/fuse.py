@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .optim._sharding import is_dtensor
+
 __all__ = ["fuse_optimizer", "mark_layerwise", "is_layerwise"]
 
 
@@ -83,6 +85,11 @@ def _check_fusable(params: list[Tensor]) -> None:
     for i, p in enumerate(params):
         if not p.is_leaf:
             raise RuntimeError(f"fuse_optimizer: parameter {i} is not a leaf tensor")
+        if is_dtensor(p):
+            # (flattening would need one buffer per mesh and placement, and FSDP2 already keeps
+            # each module's shards in one flat buffer)
+            raise RuntimeError(f"fuse_optimizer: parameter {i} is a DTensor; sharded (FSDP2 / DTensor) parameters "
+                               "cannot be fused: step the optimizer itself (this package's optimizers handle DTensors)")
         if p.grad is not None and p.grad.is_sparse:
             raise RuntimeError(f"fuse_optimizer: parameter {i} has a sparse gradient; sparse gradients cannot be fused")
         if p.numel():  # the bytes this param's elements span
@@ -286,7 +293,7 @@ def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True, piece_numel: i
     fused and unfused runs; ``load_state_dict`` and ``add_param_group`` work.
 
     Raises:
-        RuntimeError: sparse gradients, parameters sharing storage, non-leaf parameters.
+        RuntimeError: sparse gradients, parameters sharing storage, non-leaf or DTensor parameters.
     """
     if getattr(optimizer, "_inductor_lamb_fused", None) is not None:
         return optimizer

@@ -390,6 +390,20 @@ class FusedOptimizer(Optimizer):
             found_inf = found_inf.to(device=device, dtype=torch.float32, non_blocking=True)
         return grad_scale, found_inf
 
+    def _found_inf_on_every_rank(self, groups: list[tuple[dict[str, Any], dict[Any, Any]]]) -> Tensor | None:
+        """GradScaler's found_inf, maxed over every rank of the meshes the step's
+        DTensors live on: GradScaler checks only the local shards, and a rank
+        that skipped a step while the others took it would leave the shards
+        of one tensor out of step. None when nothing is sharded or no GradScaler."""
+        meshes = {b["sharding"].mesh for _, buckets in groups for b in buckets.values()
+                  if b["sharding"] is not None and b["sharding"].dims}
+        if not meshes or getattr(self, "found_inf", None) is None:
+            return None
+        found_inf = self._amp_args(torch.device(next(iter(meshes)).device_type))[1]
+        for mesh in meshes:
+            found_inf = _sharding.any_rank(found_inf, mesh)
+        return found_inf
+
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Performs a single optimization step.
@@ -402,8 +416,10 @@ class FusedOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for index, group in enumerate(self.param_groups):
-            buckets = self._buckets(group, index)
+        # Every bucket of every group first: bad input raises before any tensor is touched.
+        groups = [(group, self._buckets(group, i)) for i, group in enumerate(self.param_groups)]
+        found_inf_all = self._found_inf_on_every_rank(groups)
+        for group, buckets in groups:
             # Clipping by the group's global grad norm: the op does it when the
             # group is one unsharded bucket; otherwise the clip folds into grad_scale.
             max_norm = float(group.get("max_grad_norm", 0.0))
@@ -411,6 +427,8 @@ class FusedOptimizer(Optimizer):
             clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
             for (device, _, _), bucket in buckets.items():
                 grad_scale, found_inf = self._amp_args(device)
+                if found_inf_all is not None:
+                    found_inf = found_inf_all.to(device, non_blocking=True)
                 if clip is not None:
                     clip_d = clip.to(device)
                     grad_scale = clip_d if grad_scale is None else grad_scale * clip_d

@@ -1,0 +1,306 @@
+"""What the ranks of tests/test_distributed.py run: real process groups (gloo,
+localhost file store), each rank comparing its sharded run with a whole-tensor
+run of the same problem in the same process."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+import inductor_lamb
+from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
+
+sys.path.insert(0, os.path.dirname(__file__))
+from conftest import assert_tensor_close  # noqa: E402
+
+# One lr per step (written into the param groups as floats, as schedulers do).
+LRS = [1e-2, 8e-3, 1.2e-2, 5e-3, 9e-3, 7e-3]
+
+OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "lamb": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01),
+    "lamb_clip": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, max_grad_norm=0.5),
+    "lamb_bf16": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, master_weights=True),
+    "lamb16": lambda ps: Lamb16(ps, lr=LRS[0], weight_decay=0.01),
+    "lars": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, exclude_from_weight_decay=["bias"]),
+    "adagrad": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3),
+}
+
+
+def run_rank(rank: int, world: int, init_file: str, case: str, args: tuple) -> None:
+    """Entry point of one spawned rank."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        globals()[case](rank, world, *args)
+    except BaseException:
+        # (the traceback of every failing rank, not only the first one)
+        traceback.print_exc()
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def set_lr(opt: torch.optim.Optimizer, k: int) -> None:
+    for g in opt.param_groups:
+        g["lr"] = LRS[k % len(LRS)]
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def assert_same_run(opt: torch.optim.Optimizer, ref: torch.optim.Optimizer, what: str) -> None:
+    """Params and every state tensor of ``opt`` (sharded) equal ``ref``'s (whole)
+    within 1e-6 relative (float8 state: the tie rule of the CUDA tests)."""
+    for group, ref_group in zip(opt.param_groups, ref.param_groups):
+        for i, (p, q) in enumerate(zip(group["params"], ref_group["params"])):
+            torch.testing.assert_close(full(p).detach(), q.detach(), rtol=1e-6, atol=1e-6,
+                                       msg=lambda m: f"{what}: param {i}: {m}")
+            for key, v in ref.state[q].items():
+                assert_tensor_close(full(opt.state[p][key]).float() if v.dtype.is_floating_point and
+                                    v.dtype.itemsize > 1 else full(opt.state[p][key]), v,
+                                    rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: state {key} of param {i}: {m}")
+
+
+# ---- DTensor params on 1-D and 2-D meshes ---------------------------------------------
+# (shape, placements on a 1-D mesh): uneven rows and columns, fewer rows than ranks
+# (a rank holds an empty shard), a replicated param, a 0-d replicated param.
+LAYOUTS = [((7, 3), Shard(0)), ((5, 4), Shard(1)), ((1, 6), Shard(0)), ((4,), Replicate()),
+           ((9, 2), Shard(0)), ((), Replicate())]
+
+
+def _placements(pl, mesh_shape: tuple[int, ...]) -> list:
+    if len(mesh_shape) == 1:
+        return [pl]
+    # 2-D: HSDP-style (replicate on dim 0, shard on dim 1) and 2-D sharding
+    return [Replicate(), pl] if mesh_shape[0] == 1 else [pl, Shard(0) if isinstance(pl, Shard) else Replicate()]
+
+
+def dtensor_exact(rank: int, world: int, opt_name: str, mesh_shape: tuple[int, ...]) -> None:
+    mesh = init_device_mesh("cpu", mesh_shape)
+    dtype = torch.bfloat16 if opt_name.endswith("bf16") else torch.float32
+    gen = torch.Generator().manual_seed(0)
+    values = [torch.randn(shape, generator=gen).to(dtype) for shape, _ in LAYOUTS]
+    placements = [_placements(pl, mesh_shape) for _, pl in LAYOUTS]
+    ref_params = [nn.Parameter(v.clone()) for v in values]
+    params = [nn.Parameter(distribute_tensor(v.clone(), mesh, pl)) for v, pl in zip(values, placements)]
+    names = ["w", "v", "tiny", "bias", "u", "bias0"]
+    opt = OPTIMIZERS[opt_name](list(zip(names, params)))
+    ref = OPTIMIZERS[opt_name](list(zip(names, ref_params)))
+    for k in range(5):
+        for p, q, pl in zip(params, ref_params, placements):
+            g = torch.randn(q.shape, generator=gen).to(dtype)
+            q.grad = g.clone()
+            p.grad = distribute_tensor(g.clone(), mesh, pl)
+        set_lr(opt, k)
+        set_lr(ref, k)
+        opt.step()
+        ref.step()
+    assert_same_run(opt, ref, f"{opt_name} on mesh {mesh_shape}")
+
+
+# ---- FSDP2 -------------------------------------------------------------------------------
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    # the last Linear has 1 output row: ranks > 0 hold empty shards of it
+    return nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Tanh(), nn.Linear(10, 7), nn.Tanh(), nn.Linear(7, 1))
+
+
+def shard_model(model: nn.Module, mesh) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if any(True for _ in layer.parameters()):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def batch(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 + k)
+    return torch.randn(16, 6, generator=gen), torch.randn(16, 1, generator=gen)
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, step_fn=None) -> None:
+    step_fn = step_fn or opt.step
+    for k in steps:
+        x, y = batch(k)
+        nn.functional.mse_loss(model(x), y).backward()
+        set_lr(opt, k)
+        step_fn()
+        opt.zero_grad()
+
+
+def fsdp_exact(rank: int, world: int, opt_name: str) -> None:
+    """FSDP2 with every rank on the same full batch: the averaged grads equal the
+    whole model's, so the trajectories must agree."""
+    mesh = init_device_mesh("cpu", (world,))
+    ref_model = make_model()
+    model = shard_model(copy.deepcopy(ref_model), mesh)
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
+    train(model, opt, range(5))
+    train(ref_model, ref, range(5))
+    assert_same_run(opt, ref, f"FSDP2 {opt_name}")
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+
+def _expect_error(fn: Callable[[], Any], *needles: str) -> None:
+    try:
+        fn()
+    except ValueError as e:
+        for needle in needles:
+            assert needle in str(e), f"{needle!r} not in {str(e)!r}"
+        return
+    raise AssertionError(f"no error; expected one naming {needles}")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
+def bad_input(rank: int, world: int) -> None:
+    mesh = init_device_mesh("cpu", (world,))
+    mesh2d = init_device_mesh("cpu", (world, 1))
+    gen = torch.Generator().manual_seed(0)
+
+    def sharded(shape, mesh=mesh, pl=(Shard(0),)):
+        return nn.Parameter(distribute_tensor(torch.randn(shape, generator=gen), mesh, list(pl)))
+
+    def check(params: list, needles: tuple[str, ...], prepare=None) -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = distribute_tensor(torch.randn(p.shape, generator=gen), p.device_mesh, list(p.placements)) \
+                    if isinstance(p, DTensor) else torch.randn(p.shape, generator=gen)
+        for opt_name in ("lamb", "lamb16", "lars", "adagrad"):
+            opt = OPTIMIZERS[opt_name]([(f"layer{i}.weight", p) for i, p in enumerate(params)])
+            if prepare:
+                prepare(opt)
+            before = [full(t).clone() for p in params for t in (p, *opt.state[p].values())
+                      if isinstance(t, torch.Tensor)]
+            _expect_error(opt.step, *needles)
+            after = [full(t) for p in params for t in (p, *opt.state[p].values()) if isinstance(t, torch.Tensor)]
+            assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(before, after)), \
+                "a tensor changed"
+
+    a = sharded((6, 3))
+    partial = nn.Parameter(DTensor.from_local(torch.randn(4, 3, generator=gen), mesh, [Partial()]))
+    check([a, partial], ("'layer1.weight'", "Partial"))
+    check([sharded((5, 2)), sharded((4, 4), mesh2d, (Shard(0), Replicate()))], ("'layer1.weight'", "mesh"))
+    b = sharded((6, 2))
+    b.grad = distribute_tensor(torch.randn(6, 2, generator=gen), mesh, [Replicate()])
+    check([sharded((3, 3)), b], ("grad of param 'layer1.weight'", "sharded alike"))
+    c = sharded((6, 2))
+
+    def replicate_state(opt):
+        key = next(k for k, v in opt.state[c].items() if v.dim() > 0)
+        opt.state[c][key] = distribute_tensor(full(opt.state[c][key]), mesh, [Replicate()])
+
+    check([sharded((3, 3)), c], ("of param 'layer1.weight'", "sharded alike"), replicate_state)
+    d = sharded((6, 2))
+    d.grad = torch.randn(d.shape, generator=gen)
+    check([d], ("grad of param 'layer0.weight'", "plain tensor"))
+
+
+def assert_sharded_like_params(opt: torch.optim.Optimizer) -> None:
+    """State tensors are DTensors laid out like their params; per-tensor scalars
+    (step, LAMB16's scales) are plain 0-d tensors, equal on every rank."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, v in opt.state[p].items():
+                if v.dim() == 0 and not isinstance(v, DTensor):
+                    continue
+                assert isinstance(v, DTensor), f"state {key} is not a DTensor"
+                assert v.device_mesh == p.device_mesh and v.placements == p.placements, f"state {key}: {v.placements}"
+
+
+# ---- checkpoints (torch.distributed.checkpoint) ---------------------------------------------
+
+
+def dcp_save(rank: int, world: int, opt_name: str, path: str) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = shard_model(make_model(), init_device_mesh("cpu", (world,)))
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    train(model, opt, range(3))
+    assert_sharded_like_params(opt)
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+
+
+def dcp_resume(rank: int, world: int, opt_name: str, path: str) -> None:
+    """Loads dcp_save's checkpoint (any world size) into a differently initialized
+    model and continues: the run must equal an uninterrupted whole-model run."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model = shard_model(make_model(seed=1), init_device_mesh("cpu", (world,)))
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    model_sd, optim_sd = get_state_dict(model, opt)
+    sd = {"model": model_sd, "optim": optim_sd}
+    dcp.load(sd, checkpoint_id=path)
+    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    assert_sharded_like_params(opt)
+    train(model, opt, range(3, 5))
+    ref_model = make_model()
+    ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
+    train(ref_model, ref, range(5))
+    assert_same_run(opt, ref, f"{opt_name} resumed at world size {world}")
+
+
+# ---- compiled -------------------------------------------------------------------------------
+
+
+def fsdp_compiled(rank: int, world: int, opt_name: str, code_path: str | None) -> None:
+    """torch.compile(opt.step) under FSDP2 compiles once and matches the eager
+    sharded step; rank 0 writes the generated code of the step to ``code_path``."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    mesh = init_device_mesh("cpu", (world,))
+    model = shard_model(make_model(), mesh)
+    eager_model = shard_model(make_model(), mesh)
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    eager = OPTIMIZERS[opt_name](list(eager_model.named_parameters()))
+    step = torch.compile(opt.step)
+    codes: list[str] = []
+
+    def first_step_with_code():
+        if not codes:
+            codes.extend(run_and_get_code(step)[1])
+        else:
+            step()
+
+    train(model, opt, range(5), first_step_with_code)
+    train(eager_model, eager, range(5))
+    assert_same_run(opt, eager, f"compiled {opt_name}")
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    if rank == 0 and code_path:
+        with open(code_path, "w") as f:
+            f.write("\n".join(codes))
+
+
+def fuse_rejects_dtensors(rank: int, world: int) -> None:
+    mesh = init_device_mesh("cpu", (world,))
+    p = nn.Parameter(distribute_tensor(torch.randn(4, 3), mesh, [Shard(0)]))
+    try:
+        inductor_lamb.fuse_optimizer(torch.optim.SGD([p], lr=0.1))
+    except RuntimeError as e:
+        assert "parameter 0 is a DTensor" in str(e), str(e)
+    else:
+        raise AssertionError("fuse_optimizer accepted a DTensor param")
