@@ -56,7 +56,23 @@ def set_lr(opt: torch.optim.Optimizer, k: int) -> None:
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    """The whole tensor of a DTensor (float8 gathered as bytes: gloo has no float8)."""
+    if not isinstance(t, DTensor):
+        return t
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        bits = DTensor.from_local(t.to_local().view(torch.uint8), t.device_mesh, t.placements, shape=t.shape,
+                                  stride=t.stride())
+        return bits.full_tensor().view(t.dtype)
+    return t.full_tensor()
+
+
+def each(opt_names: list[str], check: Callable[[str], None]) -> None:
+    """Runs ``check`` for every optimizer (in one process group: ranks start once)."""
+    for name in opt_names:
+        try:
+            check(name)
+        except Exception as e:
+            raise AssertionError(f"{name}: {e}") from e
 
 
 def assert_same_run(opt: torch.optim.Optimizer, ref: torch.optim.Optimizer, what: str) -> None:
@@ -86,8 +102,13 @@ def _placements(pl, mesh_shape: tuple[int, ...]) -> list:
     return [Replicate(), pl] if mesh_shape[0] == 1 else [pl, Shard(0) if isinstance(pl, Shard) else Replicate()]
 
 
-def dtensor_exact(rank: int, world: int, opt_name: str, mesh_shape: tuple[int, ...]) -> None:
-    mesh = init_device_mesh("cpu", mesh_shape)
+def dtensor_exact(rank: int, world: int, opt_names: list[str], mesh_shapes: list[tuple[int, ...]]) -> None:
+    for mesh_shape in mesh_shapes:
+        mesh = init_device_mesh("cpu", mesh_shape)
+        each(opt_names, lambda name: _dtensor_exact(name, mesh, mesh_shape))
+
+
+def _dtensor_exact(opt_name: str, mesh, mesh_shape: tuple[int, ...]) -> None:
     dtype = torch.bfloat16 if opt_name.endswith("bf16") else torch.float32
     gen = torch.Generator().manual_seed(0)
     values = [torch.randn(shape, generator=gen).to(dtype) for shape, _ in LAYOUTS]
@@ -142,10 +163,14 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, step_fn=No
         opt.zero_grad()
 
 
-def fsdp_exact(rank: int, world: int, opt_name: str) -> None:
+def fsdp_exact(rank: int, world: int, opt_names: list[str]) -> None:
     """FSDP2 with every rank on the same full batch: the averaged grads equal the
     whole model's, so the trajectories must agree."""
     mesh = init_device_mesh("cpu", (world,))
+    each(opt_names, lambda name: _fsdp_exact(name, mesh))
+
+
+def _fsdp_exact(opt_name: str, mesh) -> None:
     ref_model = make_model()
     model = shard_model(copy.deepcopy(ref_model), mesh)
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
@@ -153,6 +178,7 @@ def fsdp_exact(rank: int, world: int, opt_name: str) -> None:
     train(model, opt, range(5))
     train(ref_model, ref, range(5))
     assert_same_run(opt, ref, f"FSDP2 {opt_name}")
+    assert_sharded_like_params(opt)
 
 
 # ---- bad input ----------------------------------------------------------------------------
@@ -207,7 +233,7 @@ def bad_input(rank: int, world: int) -> None:
 
     def replicate_state(opt):
         key = next(k for k, v in opt.state[c].items() if v.dim() > 0)
-        opt.state[c][key] = distribute_tensor(full(opt.state[c][key]), mesh, [Replicate()])
+        opt.state[c][key] = DTensor.from_local(full(opt.state[c][key]), mesh, [Replicate()])
 
     check([sharded((3, 3)), c], ("of param 'layer1.weight'", "sharded alike"), replicate_state)
     d = sharded((6, 2))
@@ -230,7 +256,11 @@ def assert_sharded_like_params(opt: torch.optim.Optimizer) -> None:
 # ---- checkpoints (torch.distributed.checkpoint) ---------------------------------------------
 
 
-def dcp_save(rank: int, world: int, opt_name: str, path: str) -> None:
+def dcp_save(rank: int, world: int, opt_names: list[str], path: str) -> None:
+    each(opt_names, lambda name: _dcp_save(name, world, os.path.join(path, name)))
+
+
+def _dcp_save(opt_name: str, world: int, path: str) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -242,9 +272,13 @@ def dcp_save(rank: int, world: int, opt_name: str, path: str) -> None:
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
 
 
-def dcp_resume(rank: int, world: int, opt_name: str, path: str) -> None:
+def dcp_resume(rank: int, world: int, opt_names: list[str], path: str) -> None:
     """Loads dcp_save's checkpoint (any world size) into a differently initialized
     model and continues: the run must equal an uninterrupted whole-model run."""
+    each(opt_names, lambda name: _dcp_resume(name, world, os.path.join(path, name)))
+
+
+def _dcp_resume(opt_name: str, world: int, path: str) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

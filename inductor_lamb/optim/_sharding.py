@@ -66,7 +66,8 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
         return None
     for pl in p.placements:
         if not isinstance(pl, (Shard, Replicate)):
-            raise ValueError(f"{who}: param {name} has placement {pl}; only Shard(d) and Replicate() are supported")
+            raise ValueError(f"{who}: param {name} has placement {type(pl).__name__} ({pl}); only Shard(d) and "
+                             "Replicate() are supported (reduce Partial tensors first)")
     for key, t in (("grad", grad), *state.items()):
         if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
             continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
