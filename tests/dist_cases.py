@@ -53,6 +53,9 @@ def run_rank(rank: int, world: int, init_file: str, case: str, args: tuple) -> N
 def set_lr(opt: torch.optim.Optimizer, k: int) -> None:
     for g in opt.param_groups:
         g["lr"] = LRS[k % len(LRS)]
+    # Like torch's schedulers, read the groups back eagerly: that fills the group's lr
+    # tensor from the float, so a compiled step sees a tensor (no recompile).
+    opt.param_groups  # noqa: B018
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
@@ -80,12 +83,11 @@ def assert_same_run(opt: torch.optim.Optimizer, ref: torch.optim.Optimizer, what
     within 1e-6 relative (float8 state: the tie rule of the CUDA tests)."""
     for group, ref_group in zip(opt.param_groups, ref.param_groups):
         for i, (p, q) in enumerate(zip(group["params"], ref_group["params"])):
-            torch.testing.assert_close(full(p).detach(), q.detach(), rtol=1e-6, atol=1e-6,
+            torch.testing.assert_close(full(p).detach(), full(q).detach(), rtol=1e-6, atol=1e-6,
                                        msg=lambda m: f"{what}: param {i}: {m}")
             for key, v in ref.state[q].items():
-                assert_tensor_close(full(opt.state[p][key]).float() if v.dtype.is_floating_point and
-                                    v.dtype.itemsize > 1 else full(opt.state[p][key]), v,
-                                    rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: state {key} of param {i}: {m}")
+                assert_tensor_close(full(opt.state[p][key]), full(v), rtol=1e-6, atol=1e-6,
+                                    msg=lambda m: f"{what}: state {key} of param {i}: {m}")
 
 
 # ---- DTensor params on 1-D and 2-D meshes ---------------------------------------------
@@ -299,14 +301,19 @@ def _dcp_resume(opt_name: str, world: int, path: str) -> None:
 # ---- compiled -------------------------------------------------------------------------------
 
 
-def fsdp_compiled(rank: int, world: int, opt_name: str, code_path: str | None) -> None:
+def fsdp_compiled(rank: int, world: int, opt_names: list[str], code_dir: str) -> None:
     """torch.compile(opt.step) under FSDP2 compiles once and matches the eager
-    sharded step; rank 0 writes the generated code of the step to ``code_path``."""
+    sharded step; rank 0 writes each step's generated code to ``code_dir/<name>.py``."""
+    mesh = init_device_mesh("cpu", (world,))
+    each(opt_names, lambda name: _fsdp_compiled(name, mesh, rank, os.path.join(code_dir, f"{name}.py")))
+
+
+def _fsdp_compiled(opt_name: str, mesh, rank: int, code_path: str) -> None:
     from torch._dynamo.utils import counters
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
-    mesh = init_device_mesh("cpu", (world,))
+    counters.clear()
     model = shard_model(make_model(), mesh)
     eager_model = shard_model(make_model(), mesh)
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
@@ -314,27 +321,51 @@ def fsdp_compiled(rank: int, world: int, opt_name: str, code_path: str | None) -
     step = torch.compile(opt.step)
     codes: list[str] = []
 
-    def first_step_with_code():
-        if not codes:
-            codes.extend(run_and_get_code(step)[1])
-        else:
+    def step_keeping_code():
+        if codes:
             step()
+        else:
+            codes.extend(run_and_get_code(step)[1])
 
-    train(model, opt, range(5), first_step_with_code)
+    train(model, opt, range(5), step_keeping_code)
     train(eager_model, eager, range(5))
     assert_same_run(opt, eager, f"compiled {opt_name}")
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
-    if rank == 0 and code_path:
+    if rank == 0:
         with open(code_path, "w") as f:
             f.write("\n".join(codes))
 
 
-def fuse_rejects_dtensors(rank: int, world: int) -> None:
+# ---- GradScaler --------------------------------------------------------------------------
+
+
+def fsdp_grad_scaler(rank: int, world: int, opt_names: list[str]) -> None:
+    """GradScaler with sharded grads: an inf in one rank's shard skips the step on
+    every rank (as it skips the whole model's step), other steps match."""
     mesh = init_device_mesh("cpu", (world,))
-    p = nn.Parameter(distribute_tensor(torch.randn(4, 3), mesh, [Shard(0)]))
-    try:
-        inductor_lamb.fuse_optimizer(torch.optim.SGD([p], lr=0.1))
-    except RuntimeError as e:
-        assert "parameter 0 is a DTensor" in str(e), str(e)
-    else:
-        raise AssertionError("fuse_optimizer accepted a DTensor param")
+    each(opt_names, lambda name: _fsdp_grad_scaler(name, mesh, rank))
+
+
+def _fsdp_grad_scaler(opt_name: str, mesh, rank: int) -> None:
+    ref_model = make_model()
+    model = shard_model(copy.deepcopy(ref_model), mesh)
+    runs = []
+    for m in (model, ref_model):
+        opt = OPTIMIZERS[opt_name](list(m.named_parameters()))
+        runs.append((m, opt, torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2)))
+    for k in range(5):
+        x, y = batch(k)
+        for m, opt, scaler in runs:
+            scaler.scale(nn.functional.mse_loss(m(x), y)).backward()
+            if k == 2:  # an inf in the last rank's shard of the first weight (the whole grad for the reference)
+                g = m[0].weight.grad
+                local = g.to_local() if isinstance(g, DTensor) else g
+                if not isinstance(g, DTensor) or rank == mesh.size() - 1:
+                    local.view(-1)[-1] = float("inf")
+            set_lr(opt, k)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    (_, opt, scaler), (_, ref, ref_scaler) = runs
+    assert scaler.get_scale() == ref_scaler.get_scale(), (scaler.get_scale(), ref_scaler.get_scale())
+    assert_same_run(opt, ref, f"GradScaler {opt_name}")

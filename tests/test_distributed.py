@@ -5,7 +5,9 @@ sharded run against the whole-tensor run of the same problem (dist_cases.py)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+from pathlib import Path
 import tempfile
 import time
 
@@ -17,6 +19,8 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="ne
 
 sys.path.insert(0, os.path.dirname(__file__))
 import dist_cases  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def spawn(case: str, world: int, *args, timeout: float = 120.0) -> None:
@@ -62,3 +66,29 @@ def test_dcp_checkpoint_resumes_at_another_world_size(tmp_path):
 
 def test_fuse_optimizer_rejects_dtensor_params():
     spawn("fuse_rejects_dtensors", 2)
+
+
+def step_skeleton(code: str) -> str:
+    """The kernels and collectives a generated step calls, in order (kernel numbers dropped)."""
+    body = code[code.index("    def call(self, args):"):]
+    calls = re.findall(r"^\s+(?:\w+ = )?(cpp_fused_\w+?)_\d+\(|(torch\.ops\.[\w.]+)\(|(extern_kernels\.\w+)\(",
+                       body, re.M)
+    return "\n".join(next(x for x in c if x) for c in calls) + "\n"
+
+
+def test_compiled_fsdp2_step_compiles_once_and_matches_eager(tmp_path):
+    """The lowered step under FSDP2: clip sum of squares, all_reduce, the fused reduce
+    kernel, all_reduce of the reductions, the fused apply kernel (snapshots in fixtures/)."""
+    names = ["lamb", "lamb_clip"]
+    spawn("fsdp_compiled", 2, names, str(tmp_path), timeout=300)
+    for name in names:
+        got = step_skeleton((tmp_path / f"{name}.py").read_text())
+        snapshot = FIXTURES / f"fsdp2_{name}_step.txt"
+        if os.environ.get("UPDATE_SNAPSHOTS"):
+            snapshot.write_text(got)
+        assert got == snapshot.read_text(), f"{name}: the compiled step now calls\n{got}"
+        assert got.count("all_reduce") == (2 if name == "lamb_clip" else 1)
+
+
+def test_grad_scaler_with_sharded_grads():
+    spawn("fsdp_grad_scaler", 2, ["lamb", "lamb16", "lars"])

@@ -390,20 +390,6 @@ class FusedOptimizer(Optimizer):
             found_inf = found_inf.to(device=device, dtype=torch.float32, non_blocking=True)
         return grad_scale, found_inf
 
-    def _found_inf_on_every_rank(self, groups: list[tuple[dict[str, Any], dict[Any, Any]]]) -> Tensor | None:
-        """GradScaler's found_inf, maxed over every rank of the meshes the step's
-        DTensors live on: GradScaler checks only the local shards, and a rank
-        that skipped a step while the others took it would leave the shards
-        of one tensor out of step. None when nothing is sharded or no GradScaler."""
-        meshes = {b["sharding"].mesh for _, buckets in groups for b in buckets.values()
-                  if b["sharding"] is not None and b["sharding"].dims}
-        if not meshes or getattr(self, "found_inf", None) is None:
-            return None
-        found_inf = self._amp_args(torch.device(next(iter(meshes)).device_type))[1]
-        for mesh in meshes:
-            found_inf = _sharding.any_rank(found_inf, mesh)
-        return found_inf
-
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Performs a single optimization step.
@@ -418,7 +404,8 @@ class FusedOptimizer(Optimizer):
                 loss = closure()
         # Every bucket of every group first: bad input raises before any tensor is touched.
         groups = [(group, self._buckets(group, i)) for i, group in enumerate(self.param_groups)]
-        found_inf_all = self._found_inf_on_every_rank(groups)
+        # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
+        # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         for group, buckets in groups:
             # Clipping by the group's global grad norm: the op does it when the
             # group is one unsharded bucket; otherwise the clip folds into grad_scale.
@@ -427,8 +414,6 @@ class FusedOptimizer(Optimizer):
             clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
             for (device, _, _), bucket in buckets.items():
                 grad_scale, found_inf = self._amp_args(device)
-                if found_inf_all is not None:
-                    found_inf = found_inf_all.to(device, non_blocking=True)
                 if clip is not None:
                     clip_d = clip.to(device)
                     grad_scale = clip_d if grad_scale is None else grad_scale * clip_d
@@ -482,7 +467,9 @@ class FusedOptimizer(Optimizer):
         for a in self._op.args:
             if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.FLOATS, Role.BOOLS):
                 v = values[a.name]
-                out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR else v
+                # (a float written into the group that no eager read synced yet: the wrapper
+                # makes it a tensor; a compiled step then specializes on it)
+                out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
         return out
 
     def _step_bucket(

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "any_rank", "is_dtensor"]
+__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor"]
 
 try:  # (a torch built without distributed has no DTensor: every tensor is local)
     import torch.distributed._functional_collectives as funcol
@@ -90,13 +90,6 @@ def all_reduce_sum(t: Tensor, sharding: Sharding | None) -> Tensor:
         for d in sharding.dims:
             t = funcol.all_reduce(t, "sum", (sharding.mesh, d))
     return t
-
-
-def any_rank(flag: Tensor, mesh: Any) -> Tensor:
-    """``flag`` maxed over every rank of ``mesh`` (one collective per mesh dim)."""
-    for d in range(mesh.ndim):
-        flag = funcol.all_reduce(flag, "max", (mesh, d))
-    return flag
 
 
 def combine(partials: Tensor, combines: Sequence[str], sharding: Sharding | None) -> Tensor:
