@@ -32,6 +32,7 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "lamb_bf16": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, master_weights=True),
     "lamb16": lambda ps: Lamb16(ps, lr=LRS[0], weight_decay=0.01),
     "lars": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, exclude_from_weight_decay=["bias"]),
+    "lars_plain": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, lars_coeff=0.01),
     "adagrad": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3),
 }
 
@@ -242,6 +243,13 @@ def bad_input(rank: int, world: int) -> None:
     d.grad = torch.randn(d.shape, generator=gen)
     check([d], ("grad of param 'layer0.weight'", "plain tensor"))
 
+    try:
+        inductor_lamb.fuse_optimizer(torch.optim.SGD([sharded((4, 3))], lr=0.1))
+    except RuntimeError as e:
+        assert "parameter 0 is a DTensor" in str(e), str(e)
+    else:
+        raise AssertionError("fuse_optimizer accepted a DTensor param")
+
 
 def assert_sharded_like_params(opt: torch.optim.Optimizer) -> None:
     """State tensors are DTensors laid out like their params; per-tensor scalars
@@ -369,3 +377,44 @@ def _fsdp_grad_scaler(opt_name: str, mesh, rank: int) -> None:
     (_, opt, scaler), (_, ref, ref_scaler) = runs
     assert scaler.get_scale() == ref_scaler.get_scale(), (scaler.get_scale(), ref_scaler.get_scale())
     assert_same_run(opt, ref, f"GradScaler {opt_name}")
+
+
+# ---- DDP and ZeroRedundancyOptimizer (whole params on each rank) ---------------------------
+
+
+def ddp_and_zero(rank: int, world: int, opt_names: list[str]) -> None:
+    """Each rank trains on its slice of the batch; DDP averages the grads, so the run
+    equals one process on the whole batch. ZeRO steps each param on one rank."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def check(opt_name: str) -> None:
+        ref_model = make_model()
+        ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
+        ddp_model = DDP(copy.deepcopy(ref_model))
+        ddp_opt = OPTIMIZERS[opt_name](list(ddp_model.module.named_parameters()))
+        zero_model = DDP(copy.deepcopy(ref_model))
+        factory = OPTIMIZERS[opt_name]
+        probe = factory([("w", nn.Parameter(torch.zeros(1)))])  # (ZeRO takes a class and its defaults)
+        defaults = {k: v for k, v in probe.defaults.items() if k not in ("params", "param_names")}
+        zero = ZeroRedundancyOptimizer(zero_model.parameters(), optimizer_class=type(probe),
+                                       **{**defaults, "lr": LRS[0]})
+        for k in range(5):
+            x, y = batch(k)
+            part = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+            for model, opt in ((ddp_model, ddp_opt), (zero_model, zero)):
+                nn.functional.mse_loss(model(x[part]), y[part]).backward()
+                set_lr(opt, k)
+                opt.step()
+                opt.zero_grad()
+            nn.functional.mse_loss(ref_model(x), y).backward()
+            set_lr(ref, k)
+            ref.step()
+            ref.zero_grad()
+        assert_same_run(ddp_opt, ref, f"DDP {opt_name}")
+        if opt_name.endswith("clip"):
+            return  # (each ZeRO rank steps its own params: a group's global grad norm would be partial)
+        for p, q in zip(zero_model.module.parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-6, msg=lambda m: f"ZeRO: {m}")
+
+    each(opt_names, check)

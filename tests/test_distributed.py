@@ -54,6 +54,8 @@ def test_fsdp2_matches_single_process(world):
 
 
 def test_bad_sharding_raises_naming_the_param():
+    """Partial placements, mixed meshes, grads or state sharded unlike their param,
+    a plain grad of a DTensor param; and fuse_optimizer on DTensors."""
     spawn("bad_input", 2)
 
 
@@ -62,10 +64,6 @@ def test_dcp_checkpoint_resumes_at_another_world_size(tmp_path):
     spawn("dcp_save", 2, names, str(tmp_path))
     spawn("dcp_resume", 3, names, str(tmp_path))
     spawn("dcp_resume", 2, names, str(tmp_path))
-
-
-def test_fuse_optimizer_rejects_dtensor_params():
-    spawn("fuse_rejects_dtensors", 2)
 
 
 def step_skeleton(code: str) -> str:
@@ -92,3 +90,7 @@ def test_compiled_fsdp2_step_compiles_once_and_matches_eager(tmp_path):
 
 def test_grad_scaler_with_sharded_grads():
     spawn("fsdp_grad_scaler", 2, ["lamb", "lamb16", "lars"])
+
+
+def test_ddp_and_zero_redundancy_optimizer_match_single_process():
+    spawn("ddp_and_zero", 2, ["lamb_clip", "lamb", "lamb16", "lars_plain", "adagrad"])
