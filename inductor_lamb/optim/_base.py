@@ -364,7 +364,7 @@ class FusedOptimizer(Optimizer):
             sharding = _sharding.sharding_of(p, p.grad, state, name, who)
             if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
                 first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name))
-                if first[0] != sharding.mesh:
+                if first[0] is not sharding.mesh and first[0] != sharding.mesh:
                     raise ValueError(f"{who}: param {name} is on a different device mesh than param {first[1]} "
                                      "of the same param group, device and dtype; put them in separate param groups")
             b = buckets[(p.device, p.dtype, sharding)]

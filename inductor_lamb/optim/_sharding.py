@@ -71,11 +71,15 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
     for key, t in (("grad", grad), *state.items()):
         if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
             continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
-        if not is_dtensor(t) or t.device_mesh != p.device_mesh or tuple(t.placements) != tuple(p.placements):
+        if not is_dtensor(t) or not _same_mesh(t.device_mesh, p.device_mesh) or t.placements != p.placements:
             what = _describe(t) if is_dtensor(t) else "plain tensor"
             raise ValueError(f"{who}: {key} of param {name} is a {what} but the param is a {_describe(p)}; "
                              "param, grad and optimizer state must be sharded alike")
     return Sharding(p.device_mesh, tuple(i for i, pl in enumerate(p.placements) if isinstance(pl, Shard)))
+
+
+def _same_mesh(a: Any, b: Any) -> bool:
+    return a is b or a == b  # (DeviceMesh.__eq__ compares the rank layouts: skip it for the same object)
 
 
 def local(t: Tensor) -> Tensor:
@@ -88,8 +92,20 @@ def all_reduce_sum(t: Tensor, sharding: Sharding | None) -> Tensor:
     """``t`` summed across the ranks that hold shards of the same tensors."""
     if sharding is not None:
         for d in sharding.dims:
-            t = funcol.all_reduce(t, "sum", (sharding.mesh, d))
+            t = _done(funcol.all_reduce(t, "sum", (sharding.mesh, d)))
     return t
+
+
+def _all_gather(t: Tensor, dim: int, group: Any) -> Tensor:
+    # (all_gather_single is all_gather_tensor's new name; older torch has only the old one)
+    return (getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor)(t, dim, group)
+
+
+def _done(t: Tensor) -> Tensor:
+    """A functional collective's result as a plain tensor. Eagerly it is an
+    AsyncCollectiveTensor, whose Python dispatch would cost every op that reads it;
+    traced, it is a plain tensor already (the graph holds the wait)."""
+    return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
 
 
 def combine(partials: Tensor, combines: Sequence[str], sharding: Sharding | None) -> Tensor:
@@ -102,7 +118,7 @@ def combine(partials: Tensor, combines: Sequence[str], sharding: Sharding | None
         return all_reduce_sum(partials, sharding)
     for d in sharding.dims:
         size = sharding.mesh.size(d)
-        gathered = funcol.all_gather_tensor(partials, 0, (sharding.mesh, d)).view(size, *partials.shape)
+        gathered = _done(_all_gather(partials, 0, (sharding.mesh, d))).view(size, *partials.shape)
         partials = torch.stack(
             [gathered[:, :, j].sum(0) if c == "sum" else gathered[:, :, j].amax(0) for j, c in enumerate(combines)],
             dim=1)
