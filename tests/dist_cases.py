@@ -166,11 +166,13 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, step_fn=No
         opt.zero_grad()
 
 
-def fsdp_exact(rank: int, world: int, opt_names: list[str]) -> None:
+def fsdp_exact(rank: int, world: int, opt_names: list[str], scaler_names: list[str] = ()) -> None:
     """FSDP2 with every rank on the same full batch: the averaged grads equal the
-    whole model's, so the trajectories must agree."""
+    whole model's, so the trajectories must agree. Then fsdp_grad_scaler for
+    ``scaler_names`` (one process group: ranks start once)."""
     mesh = init_device_mesh("cpu", (world,))
     each(opt_names, lambda name: _fsdp_exact(name, mesh))
+    each(scaler_names, lambda name: _fsdp_grad_scaler(name, mesh, rank))
 
 
 def _fsdp_exact(opt_name: str, mesh) -> None:
@@ -345,13 +347,6 @@ def _fsdp_compiled(opt_name: str, mesh, rank: int, code_path: str) -> None:
 
 
 # ---- GradScaler --------------------------------------------------------------------------
-
-
-def fsdp_grad_scaler(rank: int, world: int, opt_names: list[str]) -> None:
-    """GradScaler with sharded grads: an inf in one rank's shard skips the step on
-    every rank (as it skips the whole model's step), other steps match."""
-    mesh = init_device_mesh("cpu", (world,))
-    each(opt_names, lambda name: _fsdp_grad_scaler(name, mesh, rank))
 
 
 def _fsdp_grad_scaler(opt_name: str, mesh, rank: int) -> None:

@@ -40,7 +40,8 @@ def spawn(case: str, world: int, *args, timeout: float = 120.0) -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_dtensor_params_match_whole_tensors(world):
     """1-D mesh: Shard(0), Shard(1), Replicate, uneven shards, a rank with an empty shard."""
-    spawn("dtensor_exact", world, sorted(dist_cases.OPTIMIZERS), [(world,)])
+    names = sorted(dist_cases.OPTIMIZERS) if world == 2 else ["lamb_clip", "lamb16", "lars"]
+    spawn("dtensor_exact", world, names, [(world,)])
 
 
 def test_dtensor_params_on_2d_meshes():
@@ -48,9 +49,10 @@ def test_dtensor_params_on_2d_meshes():
     spawn("dtensor_exact", 2, ["lamb_clip", "lamb16", "lars"], [(1, 2), (2, 1)])
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_fsdp2_matches_single_process(world):
-    spawn("fsdp_exact", world, ["lamb_clip", "lamb16", "lars", "adagrad"])
+def test_fsdp2_matches_single_process_and_grad_scaler():
+    """FSDP2 at world size 2 (world size 3: the DTensor test above and the DCP resume);
+    GradScaler with an inf in one rank's shard skips the step on every rank."""
+    spawn("fsdp_exact", 2, ["lamb_clip", "lamb16", "lars", "adagrad"], ["lamb", "lamb16", "lars"])
 
 
 def test_bad_sharding_raises_naming_the_param():
@@ -63,7 +65,6 @@ def test_dcp_checkpoint_resumes_at_another_world_size(tmp_path):
     names = ["lamb", "lamb16", "lars"]
     spawn("dcp_save", 2, names, str(tmp_path))
     spawn("dcp_resume", 3, names, str(tmp_path))
-    spawn("dcp_resume", 2, names, str(tmp_path))
 
 
 def step_skeleton(code: str) -> str:
@@ -86,10 +87,6 @@ def test_compiled_fsdp2_step_compiles_once_and_matches_eager(tmp_path):
             snapshot.write_text(got)
         assert got == snapshot.read_text(), f"{name}: the compiled step now calls\n{got}"
         assert got.count("all_reduce") == (2 if name == "lamb_clip" else 1)
-
-
-def test_grad_scaler_with_sharded_grads():
-    spawn("fsdp_grad_scaler", 2, ["lamb", "lamb16", "lars"])
 
 
 def test_ddp_and_zero_redundancy_optimizer_match_single_process():
