@@ -18,7 +18,6 @@ from torch.optim import Optimizer
 from .. import ops
 from ..spec import OpSpec, Role
 from . import _sharding
-from ._sharding import Sharding
 
 __all__ = ["FusedOptimizer", "ScheduledValues", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
@@ -183,7 +182,7 @@ class FusedOptimizer(Optimizer):
         if op is None:
             return
         # state key -> the op's list argument, in the spec's order
-        states = [a for a in op.of(Role.STATE)]
+        states = list(op.of(Role.STATE))
         scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]
         if len(states) != len(cls._state_keys) or len(scalars) != len(cls._scalar_state_keys):
             raise TypeError(f"{cls.__name__}: state keys do not match the lists of {op.name}")
@@ -364,7 +363,7 @@ class FusedOptimizer(Optimizer):
             sharding = _sharding.sharding_of(p, p.grad, state, name, who)
             if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
                 first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name))
-                if first[0] is not sharding.mesh and first[0] != sharding.mesh:
+                if not _sharding.same_mesh(first[0], sharding.mesh):
                     raise ValueError(f"{who}: param {name} is on a different device mesh than param {first[1]} "
                                      "of the same param group, device and dtype; put them in separate param groups")
             b = buckets[(p.device, p.dtype, sharding)]
@@ -441,10 +440,9 @@ class FusedOptimizer(Optimizer):
         (and every shard), on the first bucket's device (no host sync:
         device-to-device copies and collectives only)."""
         total = None
-        for (device, _, _), bucket in buckets.items():
+        for bucket in buckets.values():
             norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
-            part = torch.stack(norms).double().square().sum() if norms else torch.zeros((), dtype=torch.float64,
-                                                                                        device=device)
+            part = torch.stack(norms).double().square().sum()
             part = _sharding.all_reduce_sum(part, bucket["sharding"])
             total = part if total is None else total + part.to(total.device, non_blocking=True)
         grad_scale, _ = self._amp_args(total.device)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor"]
+__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor", "same_mesh"]
 
 try:  # (a torch built without distributed has no DTensor: every tensor is local)
     import torch.distributed._functional_collectives as funcol
@@ -41,9 +41,6 @@ class Sharding:
 
     mesh: Any                 # torch.distributed.device_mesh.DeviceMesh
     dims: tuple[int, ...]     # mesh dims with a Shard placement
-
-    def __str__(self) -> str:
-        return f"mesh {tuple(self.mesh.mesh.shape)} sharded on mesh dims {list(self.dims)}"
 
 
 def is_dtensor(t: Any) -> bool:
@@ -71,14 +68,14 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
     for key, t in (("grad", grad), *state.items()):
         if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
             continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
-        if not is_dtensor(t) or not _same_mesh(t.device_mesh, p.device_mesh) or t.placements != p.placements:
+        if not is_dtensor(t) or not same_mesh(t.device_mesh, p.device_mesh) or t.placements != p.placements:
             what = _describe(t) if is_dtensor(t) else "plain tensor"
             raise ValueError(f"{who}: {key} of param {name} is a {what} but the param is a {_describe(p)}; "
                              "param, grad and optimizer state must be sharded alike")
     return Sharding(p.device_mesh, tuple(i for i, pl in enumerate(p.placements) if isinstance(pl, Shard)))
 
 
-def _same_mesh(a: Any, b: Any) -> bool:
+def same_mesh(a: Any, b: Any) -> bool:
     return a is b or a == b  # (DeviceMesh.__eq__ compares the rank layouts: skip it for the same object)
 
 
