@@ -52,6 +52,7 @@ def cuda_sources() -> list[str]:
 
 def glue_sources() -> list[str]:
     srcs = [os.path.join(CSRC, "ops.cpp")]
+    srcs += sorted(glob.glob(os.path.join(CSRC, "common", "*.cpp")))
     srcs += sorted(
         s for s in glob.glob(os.path.join(CSRC, "cpu", "*.cpp")) if not s.endswith("_kernel.cpp")
     )

@@ -1,12 +1,14 @@
 """The CPU kernels give exactly the bits recorded in tests/fixtures/kernel_bits.json
 (see tests/bit_cases.py): refactoring the kernels or their shared math headers
-must not change one bit of any op's results, on any CPU capability."""
+must not change one bit of any op's results, on any CPU capability and at any
+thread count (the fixture was recorded at 2 threads)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 from bit_cases import FIXTURE, available_capabilities, case_id, cases, run_case
 
 import inductor_lamb
@@ -14,12 +16,14 @@ import inductor_lamb
 RECORDED = json.load(open(FIXTURE))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cap", ["default", "avx2", "avx512"])
-def test_kernel_bits_unchanged(cap):
+def test_kernel_bits_unchanged(cap, threads):
     if cap not in available_capabilities():
         pytest.skip(f"this CPU has no {cap}")
     if cap not in RECORDED:
         pytest.skip(f"no {cap} bits recorded (regenerate on such a CPU: tests/bit_cases.py)")
     inductor_lamb.set_cpu_capability(cap)
+    torch.set_num_threads(threads)
     changed = [case_id(*c) for c in cases() if run_case(*c) != RECORDED[cap][case_id(*c)]]
     assert not changed, f"{len(changed)} of {len(cases())} cases changed bits at {cap}: {changed}"

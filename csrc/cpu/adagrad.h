@@ -1,23 +1,16 @@
 #pragma once
-// Adagrad: data shared by the glue (adagrad.cpp) and the per-ISA kernels (adagrad_kernel.cpp).
+// Adagrad: the kernel arguments passed from the glue (adagrad.cpp) to the per-ISA kernels (adagrad_kernel.cpp).
+#include "common/adagrad.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
 
-struct AdagradTensor {
-  void* param;
-  const void* grad;
-  float* state_sum;
-  float* master;  // or null
-  Dtype dtype;
-};
-
 struct AdagradArgs {
-  const AdagradTensor* tensors;
-  const float* clr;  // per tensor: lr / (1 + (t - 1) lr_decay)
+  const TensorPtrs* tensors;  // state: sum (float32)
+  const float* clr;           // per tensor: adagrad::clr
   ChunkSpan chunks;
-  float weight_decay, eps;
-  float grad_mul;  // +-1 / grad_scale (negative with maximize)
+  adagrad::Hyper hyper;
+  float grad_mul;  // adagrad::grad_mul
 };
 
 struct AdagradKernels {

@@ -1,13 +1,14 @@
 #pragma once
-// The multi-tensor engine, glue side (compiled with normal flags): argument
-// checking, layout normalization, chunking, deterministic per-tensor reduction,
-// and run-time selection of the per-ISA kernel tables.
+// The CPU multi-tensor engine, glue side (compiled with normal flags): run-time
+// selection of the per-ISA kernel tables, chunking, deterministic per-tensor
+// reductions, and CpuCall, what every CPU op call does around its kernels.
+// (Argument checks and layouts are device-neutral: csrc/common/.)
 #include <ATen/ATen.h>
 
 #include <optional>
-#include <string>
 #include <vector>
 
+#include "common/op_args.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
@@ -55,113 +56,7 @@ const K& select_kernels(const K& generic, const K* avx2, const K* avx512) {
 
 INDUCTOR_LAMB_DECLARE_KERNELS(EngineKernels, engine_kernels)
 
-// ---- argument checking -------------------------------------------------------
-
-// Checks with messages like "lamb_step_: grads[3] has shape [2, 3] but params[3] has shape [3, 2]".
-// Every check runs before any tensor is touched, so a failing call modifies nothing.
-class ArgChecker {
- public:
-  explicit ArgChecker(const char* op) : op_(op) {}
-  const char* op() const { return op_; }
-
-  void same_length(const char* name, at::TensorList list, const char* ref_name, size_t n) const;
-  // `t` (list entry `name`[i]) must be defined, dense (strided), on `device`.
-  void dense_on(const at::Tensor& t, const char* name, size_t i, const at::Device& device) const;
-  void same_shape(const at::Tensor& t, const char* name, const at::Tensor& ref, const char* ref_name, size_t i) const;
-  void dtype_is(const at::Tensor& t, const char* name, size_t i, at::ScalarType expected) const;
-  void param_dtype(const at::Tensor& t, const char* name, size_t i) const;  // float32 / bfloat16 / float16
-  // A 0-d float32 tensor (lr, steps[i]); i < 0 for a non-list argument.
-  void scalar_tensor(const at::Tensor& t, const char* name, int64_t i, const at::Device& device) const;
-  // grad_scale / found_inf: one float32 element on `device`.
-  void optional_scalar(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) const;
-  void in_range(double v, const char* name, double lo, double hi, bool hi_open) const;
-  // The scalar tensors every step op takes: lr (0-d float32) and the optional grad_scale / found_inf.
-  void step_scalars(const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
-                    const std::optional<at::Tensor>& found_inf, const at::Device& device) const {
-    scalar_tensor(lr, "lr", -1, device);
-    optional_scalar(grad_scale, "grad_scale", device);
-    optional_scalar(found_inf, "found_inf", device);
-  }
-
-  // The usual per-index rows: a gradient matches its param's device, shape and dtype;
-    void grad_like(const at::Tensor& g, const char* name, size_t i, const at::Tensor& p) const {
-    dense_on(g, name, i, p.device());
-    same_shape(g, name, p, "params", i);
-    dtype_is(g, name, i, p.scalar_type());
-  }
-
- private:
-  const char* op_;
-};
-
-Dtype to_dtype(at::ScalarType s);
-
-// ---- layout normalization --------------------------------------------------
-
-// Gives one raw pointer per tensor of a list index (param, grad, states, ...) such
-// that element k of each is the same logical element. Tensors whose layouts agree
-// (any strides, dense, identical for all of them) are used in place with no copy;
-// otherwise each non-contiguous one is replaced by a contiguous copy, written
-// back by commit() if the op mutates it.
-class LayoutRow {
- public:
-  // `row` holds the defined tensors of one index; mutated[k] says whether row[k] is written.
-  LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated);
-  void* ptr(size_t k) const { return row_[k].numel() ? row_[k].data_ptr() : nullptr; }
-  void commit();
-  void commit(size_t k);  // row[k] only (the lists one phase of a two-phase op writes)
-
- private:
-  std::vector<at::Tensor> originals_;
-  std::vector<at::Tensor> row_;
-  std::vector<bool> mutated_;
-};
-
-// ---- the per-index rows of an op ---------------------------------------------
-
-// A per-element list of an op (optimizer state or master params), shaped like
-// the params and mutated in place; float32 unless `dtype` says otherwise (LAMB16's fp8 moments).
-struct StateList {
-  const char* name;
-  at::TensorList tensors;
-  at::ScalarType dtype = at::kFloat;
-};
-
-// Checks params (float32/bf16/f16 on `device`), grads (like their param) and the
-// state lists (like their param, in their dtype): lengths, devices, shapes, dtypes.
-void check_lists(const ArgChecker& chk, at::TensorList params, at::TensorList grads,
-                 const std::vector<StateList>& state_lists, const at::Device& device);
-// Checks a per-param list of 0-d float32 tensors (steps, LAMB16's scales).
-void check_scalars(const ArgChecker& chk, const char* name, at::TensorList list, size_t n, const at::Device& device);
-inline void check_steps(const ArgChecker& chk, at::TensorList steps, size_t n, const at::Device& device) {
-  check_scalars(chk, "steps", steps, n, device);
-}
-
-// Raw pointers of (param, grad, float lists...) per index, in one layout (LayoutRow).
-class TensorRows {
- public:
-  TensorRows(at::TensorList params, at::TensorList grads, const std::vector<StateList>& state_lists);
-  size_t size() const { return rows_.size(); }
-  void* param(size_t i) const { return rows_[i].ptr(0); }
-  const void* grad(size_t i) const { return rows_[i].ptr(1); }
-  float* floats(size_t i, size_t k) const { return static_cast<float*>(rows_[i].ptr(2 + k)); }
-  void* state(size_t i, size_t k) const { return rows_[i].ptr(2 + k); }  // state list k, any dtype
-  const std::vector<int64_t>& numels() const { return numels_; }
-  const std::vector<Dtype>& dtypes() const { return dtypes_; }
-  void commit();  // write back the copies made for mismatched layouts
-  // Only what one phase writes: the params (and master params, state list
-  // `master`, when >= 0) and the state lists `states`.
-  void commit(bool params, std::initializer_list<int> states, int master = -1);
-
- private:
-  std::vector<LayoutRow> rows_;
-  std::vector<int64_t> numels_;
-  std::vector<Dtype> dtypes_;
-};
-
 // ---- chunking and reduction ------------------------------------------------
-
-constexpr int64_t kChunkElems = 16384;
 
 // Cuts every tensor into ranges of at most kChunkElems elements, in list order.
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels);
@@ -181,8 +76,7 @@ std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const
 // Over a whole list: global grad-norm clipping.
 double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
                     const std::vector<int64_t>& numels, float scale);
-// The gradient multiplier 1 / (grad_scale * clip), clip = max(1, ||grads / grad_scale|| / max_grad_norm)
-// (no clipping when max_grad_norm <= 0).
+// The gradient multiplier 1 / (grad_scale * clip), clip = clip_divisor(||grads / grad_scale||, max_grad_norm).
 double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_norm);
 
 // ---- two-phase ops ----------------------------------------------------------------
@@ -191,9 +85,6 @@ double grad_multiplier(const TensorRows& rows, float inv_scale, double max_grad_
 // [n, k] tensor on `device`. The apply phase reads it back with read_reductions.
 at::Tensor reductions_tensor(const std::vector<double>& values, int64_t n, int64_t k, const at::Device& device);
 std::vector<double> read_reductions(const at::Tensor& reductions);
-// `reductions` of an apply op: float32 [n, k] on `device` (checked after the op's other arguments).
-void check_reductions(const ArgChecker& chk, const at::Tensor& reductions, int64_t n, int64_t k,
-                      const at::Device& device);
 
 // steps[i] += 1 for every i; returns the new values (the t of bias corrections and lr decays).
 std::vector<double> increment_steps(at::TensorList steps);
@@ -201,5 +92,63 @@ std::vector<double> increment_steps(at::TensorList steps);
 // Reads grad_scale / found_inf (CPU): 1 / grad_scale, and whether found_inf is set.
 float inv_grad_scale(const std::optional<at::Tensor>& grad_scale);
 bool found_inf_set(const std::optional<at::Tensor>& found_inf);
+
+// ---- one op call ----------------------------------------------------------------
+
+// What every CPU op call does around its kernels once its arguments are checked
+// (check_<op> in common/op_args.h): layouts (TensorRows), the tensor table and
+// chunks, found_inf (skip the whole step, like torch's fused optimizers under
+// GradScaler), the reductions a reduce phase returns and an apply phase reads.
+template <typename Hyper>
+struct CpuCall {
+  CpuCall(const char* op_, Checked<Hyper> checked, at::TensorList params, at::TensorList grads, int num_states,
+          bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
+          const std::optional<at::Tensor>& found_inf)
+      : op(op_), hyper(checked.hyper), skip(found_inf_set(found_inf)), rows(params, grads, checked.lists),
+        n(params.size()), lr_t(lr), grad_scale_t(grad_scale), master(has_master ? num_states : -1), tensors(n),
+        chunks(make_chunks(rows.numels())) {
+    for (size_t i = 0; i < n; ++i) {
+      TensorPtrs& t = tensors[i];
+      t = TensorPtrs{rows.param(i), rows.grad(i), {nullptr, nullptr}, nullptr, rows.dtypes()[i]};
+      for (int k = 0; k < num_states; ++k) t.state[k] = rows.state(i, k);
+      if (has_master) t.master = rows.floats(i, num_states);
+    }
+  }
+
+  ChunkSpan chunk_span() const { return {chunks.data(), static_cast<int64_t>(chunks.size())}; }
+  double lr() const { return lr_t.item<float>(); }
+  float inv_grad_scale() const { return cpu::inv_grad_scale(grad_scale_t); }
+
+  // A reduce phase's output: per-tensor values (n rows of k), zeros for a skipped step.
+  at::Tensor reductions_out(const std::vector<double>& values, int64_t k) const {
+    return skip ? at::zeros({int64_t(n), k}, at::kFloat) : reductions_tensor(values, n, k, at::kCPU);
+  }
+  // An apply phase's input, checked last (like spec.py's checks).
+  std::vector<double> reductions_in(const at::Tensor& reductions, int64_t k) const {
+    check_reductions(op, reductions, n, k, at::kCPU);
+    return read_reductions(reductions);
+  }
+  // Writes back what a phase wrote (see TensorRows::commit); master params go with params.
+  void commit(bool params, unsigned states) { rows.commit(params, states, master); }
+  void commit() { rows.commit(); }
+
+  const char* op;
+  const Hyper hyper;
+  const bool skip;
+  TensorRows rows;
+  const size_t n;
+  at::Tensor lr_t;
+  std::optional<at::Tensor> grad_scale_t;
+  int master;  // index of the master params among the state lists, or -1
+  std::vector<TensorPtrs> tensors;
+  std::vector<Chunk> chunks;
+};
+
+// The CPU entry points and registrations (CPU, and SparseCPU so that a sparse
+// grad reaches the checks that name it) of a two-phase op over its call class.
+#define INDUCTOR_LAMB_CPU_PHASE_OPS(Call, fn, P, step_op, reduce_op, apply_op)                               \
+  INDUCTOR_LAMB_PHASE_ENTRIES(Call, fn, P, step_op, reduce_op, apply_op)                                     \
+  TORCH_LIBRARY_IMPL(lamb, CPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }     \
+  TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }
 
 }  // namespace inductor_lamb::cpu

@@ -1,17 +1,9 @@
 #pragma once
-// LAMB: data shared by the glue (lamb.cpp) and the per-ISA kernels (lamb_kernel.cpp).
+// LAMB: the kernel arguments passed from the glue (lamb.cpp) to the per-ISA kernels (lamb_kernel.cpp).
+#include "common/lamb.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
-
-struct LambTensor {
-  void* param;        // Dtype `dtype`
-  const void* grad;   // Dtype `dtype`, read only
-  float* exp_avg;
-  float* exp_avg_sq;
-  float* master;      // float32 master copy of param, or null
-  Dtype dtype;
-};
 
 // Per-tensor scalars, hoisted out of the element loops.
 struct LambCoeffs {
@@ -21,10 +13,10 @@ struct LambCoeffs {
 };
 
 struct LambArgs {
-  const LambTensor* tensors;
+  const TensorPtrs* tensors;  // state: m, v (float32)
   const LambCoeffs* coeffs;
   ChunkSpan chunks;
-  float beta1, beta2, beta3, eps, weight_decay;
+  lamb::Consts consts;
   float grad_mul;     // 1 / (grad_scale * clip)
   double* partials;   // pass 1: [chunk][||p||^2, ||u||^2]
 };

@@ -1,14 +1,10 @@
-// lamb::lamb16_step_ and its two phases on CPU: checks, per-tensor scales and
-// trust ratios; the element loops are in lamb16_kernel.cpp, the shared machinery
-// in engine.cpp. The one-call op is exactly reduce then apply (see lamb.cpp).
+// lamb::lamb16_step_ and its two phases on CPU: per-tensor scales and trust
+// ratios from common/lamb16.h around the element loops of lamb16_kernel.cpp.
+// The one-call op is exactly reduce then apply (see lamb.cpp).
 #include <torch/library.h>
-
-#include <cfloat>
-#include <cmath>
 
 #include "cpu/engine.h"
 #include "cpu/lamb16.h"
-#include "cpu/op_checks.h"
 
 namespace inductor_lamb::cpu {
 
@@ -16,91 +12,55 @@ INDUCTOR_LAMB_DECLARE_KERNELS(Lamb16Kernels, lamb16_kernels)
 
 namespace {
 
-
-// Per tensor: ||p||^2, ||u||^2 (sums over shards), amax |m|, amax v (maxima over shards).
-constexpr int64_t kReductions = 4;
-
-// amax / fp8_max: the largest |value| maps to the largest finite float8, so a
-// stored value never saturates and the bulk of a heavy-tailed tensor stays in the
-// normal range (FLT_MIN floor: an all-zero tensor gets a finite, nonzero scale).
-float new_scale(double amax, float fp8_max) { return std::max(float(amax) / fp8_max, FLT_MIN); }
-
 class Lamb16Step {
  public:
   Lamb16Step(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
-      : op_(op),
+      : c_(op, check_lamb16(op, at::kCPU, LAMB16_ARGS), params, grads, 2, master_params.has_value(), lr,
+           grad_scale, found_inf),
         steps_(steps),
         m_scales_(exp_avg_scales),
         v_scales_(exp_avg_sq_scales),
-        lists_(check_lamb16_step(op, params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
-                                 lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
-                                 master_params, at::kCPU)),
-        skip_(found_inf_set(found_inf)),
-        rows_(params, grads, lists_),
-        n_(params.size()),
-        has_master_(master_params.has_value()),
-        trust_scale_(trust_scale),
-        lr_(lr),
-        tensors_(n_),
-        coeffs_(n_),
-        chunks_(make_chunks(rows_.numels())) {
-    const double beta1 = cpu_value(beta1_t), beta2 = cpu_value(beta2_t);
-    for (size_t i = 0; i < n_; ++i) {
-      tensors_[i] = {rows_.param(i), rows_.grad(i), rows_.state(i, 0), rows_.state(i, 1),
-                     has_master_ ? rows_.floats(i, 2) : nullptr, rows_.dtypes()[i]};
-      // the scales of the start of the step (the apply phase overwrites them last)
-      coeffs_[i].beta1_scale = float(beta1) * exp_avg_scales[i].item<float>();
-      coeffs_[i].beta2_scale = float(beta2) * exp_avg_sq_scales[i].item<float>();
+        coeffs_(c_.n),
+        args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb16::consts(c_.hyper), c_.inv_grad_scale(),
+              nullptr, nullptr} {
+    for (size_t i = 0; i < c_.n; ++i) {  // the scales of the start of the step (apply overwrites them last)
+      coeffs_[i].beta1_scale = lamb16::beta_scale(c_.hyper.beta1, m_scales_[i].item<float>());
+      coeffs_[i].beta2_scale = lamb16::beta_scale(c_.hyper.beta2, v_scales_[i].item<float>());
     }
-    args_ = Lamb16Args{tensors_.data(),
-                       coeffs_.data(),
-                       {chunks_.data(), static_cast<int64_t>(chunks_.size())},
-                       float(1.0 - beta1),
-                       float(1.0 - beta2),
-                       float(eps),
-                       float(weight_decay),
-                       inv_grad_scale(grad_scale),
-                       nullptr,
-                       nullptr};
   }
 
   // Pass 1 (writes nothing but the steps): [n, 4] float32 reductions.
   at::Tensor reduce() {
-    if (skip_) return at::zeros({int64_t(n_), kReductions}, at::kFloat);
+    if (c_.skip) return c_.reductions_out({}, lamb16::kReductions);
     increment_steps(steps_);  // no bias correction in LAMB16; steps count like torch.optim's
-    std::vector<double> sums(2 * chunks_.size()), maxes(2 * chunks_.size());
+    std::vector<double> sums(2 * c_.chunks.size()), maxes(2 * c_.chunks.size());
     args_.sums = sums.data();
     args_.maxes = maxes.data();
     kernels().pass1(args_);
-    const auto sq = reduce_per_tensor(chunks_, sums, 2, n_);
-    const auto amax = max_per_tensor(chunks_, maxes, 2, n_);
-    std::vector<double> out(kReductions * n_);
-    for (size_t i = 0; i < n_; ++i) out[4 * i] = sq[2 * i], out[4 * i + 1] = sq[2 * i + 1],
-                                    out[4 * i + 2] = amax[2 * i], out[4 * i + 3] = amax[2 * i + 1];
-    return reductions_tensor(out, n_, kReductions, at::kCPU);
+    const auto sq = reduce_per_tensor(c_.chunks, sums, 2, c_.n);
+    const auto amax = max_per_tensor(c_.chunks, maxes, 2, c_.n);
+    std::vector<double> out(lamb16::kReductions * c_.n);
+    for (size_t i = 0; i < c_.n; ++i) out[4 * i] = sq[2 * i], out[4 * i + 1] = sq[2 * i + 1],
+                                      out[4 * i + 2] = amax[2 * i], out[4 * i + 3] = amax[2 * i + 1];
+    return c_.reductions_out(out, lamb16::kReductions);
   }
 
   // Pass 2: trust ratios and new scales from the reductions; p, m8, v8, scales written.
   void apply(const at::Tensor& reductions) {
-    check_reductions(ArgChecker(op_), reductions, n_, kReductions, at::kCPU);
-    if (skip_) return;
-    const auto r = read_reductions(reductions);
-    const double lr = lr_.item<float>();
-    std::vector<float> m_scales(n_), v_scales(n_);
-    for (size_t i = 0; i < n_; ++i) {
-      m_scales[i] = new_scale(r[4 * i + 2], kE4M3Max);
-      v_scales[i] = new_scale(r[4 * i + 3], kE5M2Max);
+    const auto r = c_.reductions_in(reductions, lamb16::kReductions);
+    if (c_.skip) return;
+    const double lr = c_.lr();
+    std::vector<float> m_scales(c_.n), v_scales(c_.n);
+    for (size_t i = 0; i < c_.n; ++i) {
+      m_scales[i] = lamb16::new_scale(r[4 * i + 2], lamb16::kE4M3Max);
+      v_scales[i] = lamb16::new_scale(r[4 * i + 3], lamb16::kE5M2Max);
       coeffs_[i].inv_m_scale = 1.f / m_scales[i];
       coeffs_[i].inv_v_scale = 1.f / v_scales[i];
-      // r = clamp((||p|| / ||u|| * 1e-3 / lr) ^ trust_scale, 0, 2); 1 when a norm is 0.
-      const double p_norm = std::sqrt(r[4 * i]), u_norm = std::sqrt(r[4 * i + 1]);
-      double ratio = 1.0;
-      if (p_norm > 0 && u_norm > 0) ratio = std::min(std::pow(p_norm / u_norm * 1e-3 / lr, trust_scale_), 2.0);
-      coeffs_[i].step_size = float(lr * ratio);
+      coeffs_[i].step_size = lamb16::step_size(c_.hyper, lr, r[4 * i], r[4 * i + 1]);
     }
     kernels().pass2(args_);
-    rows_.commit(true, {0, 1}, has_master_ ? 2 : -1);
-    for (size_t i = 0; i < n_; ++i) {
+    c_.commit(true, 0b11u);  // m8, v8
+    for (size_t i = 0; i < c_.n; ++i) {
       m_scales_[i].fill_(m_scales[i]);
       v_scales_[i].fill_(v_scales[i]);
     }
@@ -109,18 +69,9 @@ class Lamb16Step {
  private:
   static const Lamb16Kernels& kernels() { return INDUCTOR_LAMB_KERNELS(lamb16_kernels); }
 
-  const char* op_;
+  CpuCall<lamb16::Hyper> c_;
   at::TensorList steps_, m_scales_, v_scales_;
-  std::vector<StateList> lists_;
-  bool skip_;
-  TensorRows rows_;
-  size_t n_;
-  bool has_master_;
-  double trust_scale_;
-  at::Tensor lr_;
-  std::vector<Lamb16Tensor> tensors_;
   std::vector<Lamb16Coeffs> coeffs_;
-  std::vector<Chunk> chunks_;
   Lamb16Args args_;
 };
 

@@ -1,22 +1,10 @@
 #pragma once
-// LAMB16 (LAMB with float8 moments): data shared by the glue (lamb16.cpp) and the
-// per-ISA kernels (lamb16_kernel.cpp).
+// LAMB16 (LAMB with float8 moments): the kernel arguments passed from the glue
+// (lamb16.cpp) to the per-ISA kernels (lamb16_kernel.cpp).
+#include "common/lamb16.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
-
-// Largest finite values: stored moments are clamped to them (saturation, never inf/NaN).
-constexpr float kE4M3Max = 448.f;
-constexpr float kE5M2Max = 57344.f;
-
-struct Lamb16Tensor {
-  void* param;          // Dtype `dtype`
-  const void* grad;     // Dtype `dtype`, read only
-  void* exp_avg;        // float8_e4m3fn, m / m_scale
-  void* exp_avg_sq;     // float8_e5m2, v / v_scale
-  float* master;        // float32 master copy of param, or null
-  Dtype dtype;
-};
 
 // Per-tensor scalars, hoisted out of the element loops.
 struct Lamb16Coeffs {
@@ -28,10 +16,10 @@ struct Lamb16Coeffs {
 };
 
 struct Lamb16Args {
-  const Lamb16Tensor* tensors;
-  Lamb16Coeffs* coeffs;
+  const TensorPtrs* tensors;  // state: m8 (float8_e4m3fn), v8 (float8_e5m2)
+  const Lamb16Coeffs* coeffs;
   ChunkSpan chunks;
-  float one_minus_beta1, one_minus_beta2, eps, weight_decay;
+  lamb16::Consts consts;
   float grad_mul;       // 1 / grad_scale
   double* sums;         // pass 1: [chunk][||p||^2, ||u||^2]
   double* maxes;        // pass 1: [chunk][max |m|, max v]

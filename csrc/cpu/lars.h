@@ -1,24 +1,17 @@
 #pragma once
-// LARS: data shared by the glue (lars.cpp) and the per-ISA kernels (lars_kernel.cpp).
+// LARS: the kernel arguments passed from the glue (lars.cpp) to the per-ISA kernels (lars_kernel.cpp).
+#include "common/lars.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
 
-struct LarsTensor {
-  void* param;
-  const void* grad;
-  float* momentum_buffer;
-  float* master;  // or null
-  Dtype dtype;
-};
-
 struct LarsCoeffs {
-  float local_lr;      // lr * lars_coeff * ||p|| / (||g|| + wd ||p|| + eps), or lr
+  float local_lr;      // lars::local_lr
   float weight_decay;  // this tensor's decay
 };
 
 struct LarsArgs {
-  const LarsTensor* tensors;
+  const TensorPtrs* tensors;  // state: momentum buffer (float32)
   const LarsCoeffs* coeffs;
   ChunkSpan chunks;
   float momentum;

@@ -3,10 +3,9 @@
 // Nothing here may depend on ISA flags: these types cross that boundary.
 #include <cstdint>
 
-namespace inductor_lamb::cpu {
+#include "common/math.h"  // Dtype, kChunkElems
 
-// Storage dtype of a parameter / gradient. Math is always float32.
-enum class Dtype : int8_t { Float = 0, BFloat16 = 1, Half = 2 };
+namespace inductor_lamb::cpu {
 
 // A contiguous element range [begin, end) of tensor `tensor` of a list.
 struct Chunk {
@@ -18,6 +17,15 @@ struct Chunk {
 struct ChunkSpan {
   const Chunk* data;
   int64_t size;
+};
+
+// One list index of an op, as the kernels see it (the CPU tensor table).
+struct TensorPtrs {
+  void* param;         // Dtype `dtype`
+  const void* grad;    // Dtype `dtype`, read only
+  void* state[2];      // optimizer state (float32, or float8 for LAMB16), null if unused
+  float* master;       // float32 master copy of param, or null
+  Dtype dtype;
 };
 
 // Sum of squares of one list of tensors, one double per chunk (engine kernel).

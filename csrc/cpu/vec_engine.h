@@ -194,12 +194,20 @@ inline void vec_range(int64_t begin, int64_t end, const F& f) {
   if (i < end) f(i, end - i);
 }
 
+// body(i, chunks[i]) for i in [b, e). Never inlined: at::parallel_for calls its
+// function from two places (the serial path, the threads), and two inlined copies
+// of a loop may contract its float expressions into FMAs differently, which
+// would make results depend on the thread count. One copy gives the same bits
+// at any thread count.
+template <typename F>
+__attribute__((noinline)) void run_chunks(ChunkSpan chunks, int64_t b, int64_t e, const F& body) {
+  for (int64_t i = b; i < e; ++i) body(i, chunks.data[i]);
+}
+
 // body(chunk_index, chunk) for every chunk, spread over at::parallel_for's threads.
 template <typename F>
 inline void for_each_chunk(ChunkSpan chunks, const F& body) {
-  at::parallel_for(0, chunks.size, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) body(i, chunks.data[i]);
-  });
+  at::parallel_for(0, chunks.size, 1, [&](int64_t b, int64_t e) { run_chunks(chunks, b, e, body); });
 }
 
 // Calls f(T{}) with T the C++ type of `d`.
@@ -212,15 +220,18 @@ inline void dispatch_dtype(Dtype d, const F& f) {
   }
 }
 
-// body(T{}, tensor, chunk) for every chunk, T the storage type of its tensor
-// (`tensors[i].dtype`): the loop of every element-wise update pass.
-template <typename Tensor, typename F>
-inline void for_each_typed_chunk(ChunkSpan chunks, const Tensor* tensors, const F& body) {
-  for_each_chunk(chunks, [&](int64_t, const Chunk& c) {
-    const Tensor& t = tensors[c.tensor];
-    dispatch_dtype(t.dtype, [&](auto tag) { body(tag, t, c); });
+// body(T{}, ci, tensor, chunk) for every chunk (index ci), T the storage type of
+// its tensor: the loop of every element-wise pass.
+template <typename F>
+inline void for_each_typed_chunk(ChunkSpan chunks, const TensorPtrs* tensors, const F& body) {
+  for_each_chunk(chunks, [&](int64_t ci, const Chunk& c) {
+    const TensorPtrs& t = tensors[c.tensor];
+    dispatch_dtype(t.dtype, [&](auto tag) { body(tag, ci, t, c); });
   });
 }
+
+// A float32 state list of a tensor.
+inline float* state_f32(const TensorPtrs& t, int k) { return static_cast<float*>(t.state[k]); }
 
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
 // sqrt and division dominate the element loops once the data sits in cache
@@ -244,6 +255,22 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
 #endif
   return fVec(1.f) / (x.sqrt() + eps);
 }
+
+}  // namespace CPU_CAPABILITY
+}  // namespace inductor_lamb::cpu
+
+// The vector type's primitives for the shared element math (common/<opt>.h),
+// which the kernels instantiate with V = fVec.
+template <>
+struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
+  using V = inductor_lamb::cpu::CPU_CAPABILITY::fVec;
+  static inline V inv_sqrt_plus_eps(const V& x, const V& eps) { return cpu::CPU_CAPABILITY::inv_sqrt_plus_eps(x, eps); }
+  static inline V minimum(const V& a, const V& b) { return at::vec::minimum(a, b); }
+  static inline V clamp(const V& x, const V& lo, const V& hi) { return at::vec::clamp(x, lo, hi); }
+};
+
+namespace inductor_lamb::cpu {
+inline namespace CPU_CAPABILITY {
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).

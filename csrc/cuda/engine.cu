@@ -13,7 +13,7 @@ __global__ void grad_sumsq_kernel(Launch l) {
   const float mul = grad_multiplier(l, false);
   float s = 0.f;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float g = load(c.t.grad, c.t.dtype, i) * mul;
+    const float g = load_grad(c.t, i, mul);
     s += g * g;
   }
   write_partial(l, kClipSlot, s);
@@ -27,7 +27,7 @@ __global__ void grad_clip_kernel(Launch l, double max_norm) {
   s = block_reduce<SumOp, double>(s);
   if (threadIdx.x == 0) {
     const double norm = sqrt(s);
-    l.global[0] = norm > max_norm ? float(1.0 / (norm / max_norm)) : 1.f;
+    l.global[0] = float(1.0 / clip_divisor(norm, max_norm));
   }
 }
 

@@ -15,21 +15,27 @@
 
 namespace inductor_lamb::cuda {
 
-__device__ __forceinline__ float load(const void* p, int32_t dtype, int64_t i) {
+__device__ __forceinline__ float load(const void* p, Dtype dtype, int64_t i) {
   switch (dtype) {
-    case kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case kHalf: return __half2float(static_cast<const __half*>(p)[i]);
+    case Dtype::BFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case Dtype::Half: return __half2float(static_cast<const __half*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
 }
 
-__device__ __forceinline__ void store(void* p, int32_t dtype, int64_t i, float x) {
+__device__ __forceinline__ void store(void* p, Dtype dtype, int64_t i, float x) {
   switch (dtype) {
-    case kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
-    case kHalf: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
+    case Dtype::BFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
+    case Dtype::Half: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
     default: static_cast<float*>(p)[i] = x;
   }
 }
+
+// The grad of element i, divided by grad_scale (and the clip divisor): `mul` from grad_multiplier.
+__device__ __forceinline__ float load_grad(const TensorMeta& t, int64_t i, float mul) { return load(t.grad, t.dtype, i) * mul; }
+
+// A float32 state list of a tensor.
+__device__ __forceinline__ float* state_f32(const TensorMeta& t, int k) { return static_cast<float*>(t.state[k]); }
 
 // A parameter as float32 (its master copy when there is one), and its write-back.
 __device__ __forceinline__ float load_param(const TensorMeta& t, int64_t i) {

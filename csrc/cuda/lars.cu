@@ -1,7 +1,8 @@
-// LARS on CUDA (PaddlePaddle merged lars_momentum semantics). reduce: per-chunk
-// partial ||p||^2, ||g||^2, totalled per tensor into the reductions; apply: one
-// thread per tensor computes the local lr, then the momentum and param update.
-// Weight decay and layer adaptation are per tensor (TensorMeta::option).
+// LARS on CUDA (PaddlePaddle merged lars_momentum semantics), on the shared
+// math of common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled
+// per tensor into the reductions; apply: one thread per tensor computes the
+// local lr, then the momentum and param update. Weight decay and layer
+// adaptation are per tensor (TensorMeta::options).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -9,18 +10,18 @@ namespace {
 
 enum { kLocalLr = 0 };
 
-__device__ __forceinline__ float grad_mul(const Launch& l, const LarsHyper& h) {
-  return float(h.rescale_grad * double(grad_multiplier(l, false)));
+__device__ __forceinline__ float grad_mul(const Launch& l, const lars::Hyper& h) {
+  return lars::grad_mul(h, grad_multiplier(l, false));
 }
 
-__global__ void norms(Launch l, LarsHyper h) {
+__global__ void norms(Launch l, lars::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
   const TensorMeta& t = c.t;
   const float mul = grad_mul(l, h);
   float p_sq = 0.f, g_sq = 0.f;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i), g = load(t.grad, t.dtype, i) * mul;
+    const float p = load_param(t, i), g = load_grad(t, i, mul);
     p_sq += p * p;
     g_sq += g * g;
   }
@@ -28,45 +29,38 @@ __global__ void norms(Launch l, LarsHyper h) {
   write_partial(l, 1, g_sq);
 }
 
-__global__ void coeffs(Launch l, LarsHyper h) {
+__global__ void coeffs(Launch l, lars::Hyper h) {
   const int32_t i = tensor_index();
   if (i >= l.num_tensors || skip_step(l)) return;
-  const TensorMeta& t = l.tensors[i];
-  const double wd = t.option[0], lr = *l.lr;
-  const bool adapt = t.option[1] != 0.f;
-  const double p_norm = sqrt(double(l.reductions[2 * i])), g_norm = sqrt(double(l.reductions[2 * i + 1]));
-  double local_lr = lr;
-  if (adapt && wd > 0 && p_norm > 0 && g_norm > 0) local_lr = lr * h.lars_coeff * p_norm / (g_norm + wd * p_norm + h.eps);
-  l.coeffs[i * kCoeffs + kLocalLr] = float(local_lr);
+  l.coeffs[i * kCoeffs + kLocalLr] =
+      lars::local_lr(h, l.tensors[i].options, *l.lr, l.reductions[2 * i], l.reductions[2 * i + 1]);
 }
 
-__global__ void update(Launch l, LarsHyper h) {
+__global__ void update(Launch l, lars::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
   const TensorMeta& t = c.t;
-  const float mul = grad_mul(l, h), momentum = *h.momentum, wd = t.option[0];
-  const float local_lr = l.coeffs[c.tensor * kCoeffs + kLocalLr];
-  float* buf = static_cast<float*>(t.state[0]);
+  const float mul = grad_mul(l, h);
+  const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(t.options.weight_decay), mul);
+  float* buf = state_f32(t, 0);
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i), g = load(t.grad, t.dtype, i) * mul;
-    const float v = buf[i] * momentum + local_lr * (g + wd * p);
+    float v = buf[i];
+    const float p = e.step(load(t.grad, t.dtype, i), load_param(t, i), v);
     buf[i] = v;
-    store_param(t, i, p - v);
+    store_param(t, i, p);
   }
 }
 
 }  // namespace
 }  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l,
-                                              const inductor_lamb::cuda::LarsHyper* h) {
+extern "C" int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h) {
   using namespace inductor_lamb::cuda;
   if (l->num_chunks > 0) norms<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  return launch_finish_reductions(*l, 2, 0u);
+  return launch_finish_reductions(*l, inductor_lamb::lars::kReductions, 0u);
 }
 
-extern "C" int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l,
-                                             const inductor_lamb::cuda::LarsHyper* h) {
+extern "C" int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h) {
   using namespace inductor_lamb::cuda;
   if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
   if (l->num_chunks > 0) update<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);

@@ -6,13 +6,15 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "common/adagrad.h"
+#include "common/lamb.h"
+#include "common/lamb16.h"
+#include "common/lars.h"
+
 namespace inductor_lamb::cuda {
 
-// Storage dtype of a param / grad (same values as cpu::Dtype). Math is float32.
-enum Dtype : int32_t { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
-
-// Elements per block-sized chunk, and threads per block, of every engine kernel.
-constexpr int kChunk = 16384;
+// Elements per block-sized chunk (the engines' shared chunk size), and threads per block.
+constexpr int kChunk = static_cast<int>(kChunkElems);
 constexpr int kThreads = 256;
 // Per-chunk partial reductions (||p||^2, ||u||^2, amax m, amax v) and per-tensor coefficients.
 constexpr int kPartials = 4;
@@ -26,11 +28,11 @@ struct TensorMeta {
   float* master;        // float32 master param, or null
   float* step;          // 0-d float32 step counter, or null
   float* scalar[2];     // 0-d float32 per-tensor state (LAMB16 scales), or null
-  float option[2];      // per-tensor hyper-parameters (LARS: weight decay, layer adaptation)
+  lars::Options options;  // LARS's per-tensor weight decay and layer adaptation
   int64_t numel;
   int64_t first_chunk;  // its chunks are [first_chunk, first_chunk + num_chunks)
   int32_t num_chunks;
-  int32_t dtype;
+  Dtype dtype;
 };
 
 // Chunk c covers elements [index * kChunk, min(numel, (index + 1) * kChunk)) of `tensor`.
@@ -55,44 +57,19 @@ struct Launch {
   cudaStream_t stream;
 };
 
-// Hyper-parameters as the op received them (double); kernels round to float
-// where the CPU kernels do, so both backends compute the same float32 math.
-// Scheduled ones (betas, momentum) are 0-d float32 tensors read on the device.
-struct LambHyper {
-  const float* beta1;
-  const float* beta2;
-  double eps, weight_decay, max_grad_norm;
-  int32_t bias_correction, grad_averaging, always_adapt, trust_clip;
-};
-
-struct Lamb16Hyper {
-  const float* beta1;
-  const float* beta2;
-  double eps, weight_decay, trust_scale;
-};
-
-struct LarsHyper {  // weight decay and layer adaptation are per tensor: TensorMeta::option
-  const float* momentum;
-  double lars_coeff, eps, rescale_grad;
-};
-
-struct AdagradHyper {
-  double lr_decay, weight_decay, eps;
-  int32_t maximize;
-};
-
 }  // namespace inductor_lamb::cuda
 
-// Each returns a cudaError_t (0 on success) of its launches. The layer-wise
+// Each returns a cudaError_t (0 on success) of its launches; the hyper-parameter
+// structs are the ops' own (common/<opt>.h), as the argument checks return them. The layer-wise
 // steps have two launchers, one per phase: *_reduce does pass 1 and writes
 // l->reductions (zeroed by the caller: a skipped step leaves zeros); *_apply
 // reads them and does pass 2. A one-call step runs both on the same Launch.
 extern "C" {
-int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
-int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LambHyper* h);
-int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
-int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::Lamb16Hyper* h);
-int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
-int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::LarsHyper* h);
-int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::cuda::AdagradHyper* h);
+int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h);
+int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h);
+int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb16::Hyper* h);
+int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb16::Hyper* h);
+int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h);
+int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h);
+int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::adagrad::Hyper* h);
 }

@@ -1,6 +1,6 @@
-// TORCH_LIBRARY_IMPL(lamb, CUDA): argument checks and layouts (shared with the
-// CPU engine: csrc/cpu/engine.h), the device-side tensor table, workspaces, and
-// the extern "C" launchers of the .cu files. Built only when torch has CUDA.
+// TORCH_LIBRARY_IMPL(lamb, CUDA): argument checks and layouts (device-neutral:
+// csrc/common/), the device-side tensor table, workspaces, and the extern "C"
+// launchers of the .cu files. Built only when torch has CUDA.
 //
 // No step reads a device value on the host: lr, steps, grad_scale and found_inf
 // are read by the kernels. The tensor table (pointers, sizes, chunks) is uploaded
@@ -20,14 +20,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpu/engine.h"
-#include "cpu/op_checks.h"
+#include "common/op_args.h"
 #include "cuda/launch.h"
 
 namespace inductor_lamb::cuda {
 namespace {
-
-using cpu::TensorRows;
 
 // ---- the device-side tensor table ------------------------------------------------
 
@@ -122,18 +119,29 @@ void check_launch(int err, const char* op) {
 // Where the op runs: the params' device (the lr's for an empty call), as spec.py's checks say.
 at::Device device_of(at::TensorList params, const at::Tensor& lr) { return params.empty() ? lr.device() : params[0].device(); }
 
-// Everything an op does once its arguments are checked: device guard, layouts
-// (TensorRows), the tensor table, workspace, launches and write-back. `num_states`
-// state lists come first in `lists`, then master params when `has_master`;
+// Everything an op does once its arguments are checked (check_<op>, which also
+// gives the Hyper the launchers take): device guard, layouts (TensorRows), the
+// tensor table, workspace, launches and write-back. `num_states` state lists
+// come first in the checked lists, then the master params when `has_master`;
 // fill(i, meta) adds the op's own per-tensor pointers and options.
+template <typename Hyper>
 class CudaCall {
  public:
+  using Launcher = int (*)(const Launch*, const Hyper*);
+  // A two-phase op: its launchers, reduction columns, and the state lists each
+  // phase writes (bit k: state list k; apply also writes the params).
+  struct Phases {
+    Launcher reduce, apply;
+    int64_t k;
+    unsigned reduce_writes, apply_writes;
+  };
+
   template <typename Fill>
-  CudaCall(const char* op, at::TensorList params, at::TensorList grads, const std::vector<cpu::StateList>& lists,
-           int num_states, bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
-           const std::optional<at::Tensor>& found_inf, const Fill& fill)
-      : op_(op), device_(device_of(params, lr)), guard_(device_), rows_(params, grads, lists), has_master_(has_master),
-        num_states_(num_states) {
+  CudaCall(const char* op, Checked<Hyper> checked, at::TensorList params, at::TensorList grads, int num_states,
+           bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
+           const std::optional<at::Tensor>& found_inf, const Fill& fill, Phases phases = {})
+      : op_(op), hyper_(checked.hyper), device_(device_of(params, lr)), guard_(device_),
+        rows_(params, grads, checked.lists), master_(has_master ? num_states : -1), phases_(phases) {
     if (params.empty()) return;
     std::vector<TensorMeta> tensors(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -144,151 +152,91 @@ class CudaCall {
       for (int k = 0; k < num_states; ++k) t.state[k] = rows_.state(i, k);
       t.master = has_master ? rows_.floats(i, num_states) : nullptr;
       t.numel = rows_.numels()[i];
-      t.dtype = static_cast<int32_t>(rows_.dtypes()[i]);
+      t.dtype = rows_.dtypes()[i];
       fill(i, t);
     }
     prepared_ = prepare(tensors, device_, lr, grad_scale, found_inf, op);
   }
 
-  bool empty() const { return rows_.size() == 0; }
-
-  // A reduce phase's output: zeros (what a skipped step returns), written by the launches.
-  at::Tensor new_reductions(int64_t k) {
-    reductions_ = at::zeros({static_cast<int64_t>(rows_.size()), k}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    prepared_.launch.reductions = reductions_.data_ptr<float>();
-    return reductions_;
+  // Pass 1: the reductions (zeros, what a skipped step returns, written by the launches).
+  at::Tensor reduce() {
+    at::Tensor r = at::zeros({static_cast<int64_t>(rows_.size()), phases_.k}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    prepared_.launch.reductions = r.data_ptr<float>();
+    run(phases_.reduce);
+    rows_.commit(false, phases_.reduce_writes, master_);
+    return r;
   }
-  // An apply phase's input (checked last, like spec.py's checks).
-  void use_reductions(const at::Tensor& reductions, int64_t k) {
-    cpu::check_reductions(cpu::ArgChecker(op_), reductions, static_cast<int64_t>(rows_.size()), k, device_);
-    reductions_ = reductions.contiguous();
-    prepared_.launch.reductions = reductions_.data_ptr<float>();
+  // Pass 2 from the reductions (checked last, like spec.py's checks).
+  void apply(const at::Tensor& reductions) {
+    check_reductions(op_, reductions, static_cast<int64_t>(rows_.size()), phases_.k, device_);
+    const at::Tensor r = reductions.contiguous();
+    prepared_.launch.reductions = r.data_ptr<float>();
+    run(phases_.apply);
+    rows_.commit(true, phases_.apply_writes, master_);
   }
-
-  template <typename LaunchFn>
-  void launch(const LaunchFn& fn) {
-    if (!empty()) check_launch(fn(prepared_.launch), op_);
+  // A one-launcher op: everything it wrote is written back.
+  void step(Launcher fn) {
+    run(fn);
+    rows_.commit();
   }
-  // Writes back what a phase wrote (see TensorRows::commit).
-  void commit(bool params, std::initializer_list<int> states) {
-    rows_.commit(params, states, has_master_ ? num_states_ : -1);
-  }
-  void commit() { rows_.commit(); }
 
  private:
+  void run(Launcher fn) {
+    if (rows_.size() > 0) check_launch(fn(&prepared_.launch, &hyper_), op_);
+  }
+
   const char* op_;
+  Hyper hyper_;
   at::Device device_;
   c10::cuda::CUDAGuard guard_;
   TensorRows rows_;
-  bool has_master_;
-  int num_states_;
+  int master_;
+  Phases phases_;
   PreparedLaunch prepared_{};
-  at::Tensor reductions_;
 };
 
 // ---- the ops ---------------------------------------------------------------------------
 // Each layer-wise op comes as one call and as its two phases (the same launches:
-// the one-call op is reduce then apply, bit for bit).
+// the one-call op is reduce then apply, bit for bit). A call class is its
+// CudaCall with the op's checks, per-tensor table entries and phases.
 
-
-struct LambCall {
-  CudaCall call;  // first: its argument checks run before h reads any tensor
-  LambHyper h;
+struct LambCall : CudaCall<lamb::Hyper> {
   LambCall(const char* op, LAMB_LISTS, LAMB_HYPERS)
-      : call(op, params, grads,
-             cpu::check_lamb_step(op, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay,
-                                  max_grad_norm, grad_scale, found_inf, master_params, device_of(params, lr)),
-             2, master_params.has_value(), lr, grad_scale, found_inf,
-             [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); }),
-        h{beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, max_grad_norm, bias_correction,
-          grad_averaging, always_adapt, trust_clip} {}
-  at::Tensor reduce() {
-    at::Tensor r = call.new_reductions(2);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb_reduce(&l, &h); });
-    call.commit(false, {0, 1});
-    return r;
-  }
-  void apply(const at::Tensor& reductions) {
-    call.use_reductions(reductions, 2);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb_apply(&l, &h); });
-    call.commit(true, {});
-  }
+      : CudaCall(op, check_lamb(op, device_of(params, lr), LAMB_ARGS), params, grads, 2, master_params.has_value(),
+                 lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
+                 {inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply, lamb::kReductions, 0b11u, 0u}) {}
 };
 
-INDUCTOR_LAMB_PHASE_ENTRIES(LambCall, lamb_cuda, LAMB_LISTS, LAMB_HYPERS, LAMB_ARGS, "lamb_step_", "lamb_reduce_",
-                            "lamb_apply_")
-
-
-struct Lamb16Call {
-  CudaCall call;  // first: its argument checks run before h reads any tensor
-  Lamb16Hyper h;
+struct Lamb16Call : CudaCall<lamb16::Hyper> {
   Lamb16Call(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
-      : call(op, params, grads,
-             cpu::check_lamb16_step(op, params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps,
-                                    lr, beta1_t, beta2_t, eps, weight_decay, trust_scale, grad_scale, found_inf,
-                                    master_params, device_of(params, lr)),
-             2, master_params.has_value(), lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) {
-               t.step = steps[i].data_ptr<float>();
-               t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
-               t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
-             }),
-        h{beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, trust_scale} {}
-  at::Tensor reduce() {
-    at::Tensor r = call.new_reductions(4);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_reduce(&l, &h); });
-    return r;  // (only the steps, which are never copied, were written)
-  }
-  void apply(const at::Tensor& reductions) {
-    call.use_reductions(reductions, 4);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lamb16_apply(&l, &h); });
-    call.commit(true, {0, 1});
-  }
+      : CudaCall(op, check_lamb16(op, device_of(params, lr), LAMB16_ARGS), params, grads, 2,
+                 master_params.has_value(), lr, grad_scale, found_inf,
+                 [&](size_t i, TensorMeta& t) {
+                   t.step = steps[i].data_ptr<float>();
+                   t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
+                   t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
+                 },
+                 // reduce writes only the steps (never copied); apply the params, m8, v8 and scales
+                 {inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, lamb16::kReductions, 0u, 0b11u}) {}
 };
 
-INDUCTOR_LAMB_PHASE_ENTRIES(Lamb16Call, lamb16_cuda, LAMB16_LISTS, LAMB16_HYPERS, LAMB16_ARGS, "lamb16_step_", "lamb16_reduce_",
-                            "lamb16_apply_")
-
-
-struct LarsCall {
-  CudaCall call;  // first: its argument checks run before h reads any tensor
-  LarsHyper h;
+struct LarsCall : CudaCall<lars::Hyper> {
   LarsCall(const char* op, LARS_LISTS, LARS_HYPERS)
-      : call(op, params, grads,
-             cpu::check_lars_step(op, params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad,
-                                  weight_decay, layer_adaptation, grad_scale, found_inf, master_params,
-                                  device_of(params, lr)),
-             1, master_params.has_value(), lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) {
-               t.option[0] = float(cpu::per_param(weight_decay, i, 0.0));
-               t.option[1] = cpu::per_param(layer_adaptation, i, true) ? 1.f : 0.f;
-             }),
-        h{momentum_t.data_ptr<float>(), lars_coeff, eps, rescale_grad} {}
-  at::Tensor reduce() {
-    at::Tensor r = call.new_reductions(2);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_reduce(&l, &h); });
-    return r;
-  }
-  void apply(const at::Tensor& reductions) {
-    call.use_reductions(reductions, 2);
-    call.launch([&](const Launch& l) { return inductor_lamb_cuda_lars_apply(&l, &h); });
-    call.commit(true, {0});
-  }
+      : CudaCall(op, check_lars(op, device_of(params, lr), LARS_ARGS), params, grads, 1, master_params.has_value(),
+                 lr, grad_scale, found_inf,
+                 [&](size_t i, TensorMeta& t) { t.options = lars_options(weight_decay, layer_adaptation, i); },
+                 {inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply, lars::kReductions, 0u, 0b1u}) {}
 };
 
-INDUCTOR_LAMB_PHASE_ENTRIES(LarsCall, lars_cuda, LARS_LISTS, LARS_HYPERS, LARS_ARGS, "lars_step_", "lars_reduce",
-                            "lars_apply_")
+INDUCTOR_LAMB_PHASE_ENTRIES(LambCall, lamb_cuda, LAMB, "lamb_step_", "lamb_reduce_", "lamb_apply_")
+INDUCTOR_LAMB_PHASE_ENTRIES(Lamb16Call, lamb16_cuda, LAMB16, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_")
+INDUCTOR_LAMB_PHASE_ENTRIES(LarsCall, lars_cuda, LARS, "lars_step_", "lars_reduce", "lars_apply_")
 
-void adagrad_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps,
-                       const at::Tensor& lr, double lr_decay, double weight_decay, double eps, bool maximize,
-                       const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
-                       std::optional<at::TensorList> master_params) {
-  const AdagradHyper h{lr_decay, weight_decay, eps, maximize};
-  CudaCall call("adagrad_step_", params, grads,
-                cpu::check_adagrad_step("adagrad_step_", params, grads, state_sums, steps, lr, lr_decay, weight_decay,
-                                        eps, grad_scale, found_inf, master_params, device_of(params, lr)),
-                1, master_params.has_value(), lr, grad_scale, found_inf,
-                [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); });
-  call.launch([&](const Launch& l) { return inductor_lamb_cuda_adagrad_step(&l, &h); });
-  call.commit();
+void adagrad_step_cuda(ADAGRAD_LISTS, ADAGRAD_HYPERS) {
+  CudaCall<adagrad::Hyper>("adagrad_step_", check_adagrad("adagrad_step_", device_of(params, lr), ADAGRAD_ARGS), params,
+                           grads, 1, master_params.has_value(), lr, grad_scale, found_inf,
+                           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); })
+      .step(inductor_lamb_cuda_adagrad_step);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+#pragma once
+// LARS's equations (PaddlePaddle's merged lars_momentum, DESIGN.md), once for
+// every backend: layer norms ||p||, ||g|| (reduce), then per tensor a local lr
+// and one update pass (apply).
+#include "common/math.h"
+
+namespace inductor_lamb::lars {
+
+// weight_decay and layer_adaptation are per tensor (one value for all or one
+// per param): the glue resolves them per index (Options).
+struct Hyper {
+  const float* momentum;  // scheduled: 0-d float32 tensor on the op's device
+  double lars_coeff, eps, rescale_grad;
+};
+
+struct Options {
+  double weight_decay;
+  bool layer_adaptation;
+};
+
+constexpr int kReductions = 2;  // per tensor: ||p||^2, ||g||^2 (sums over shards)
+
+// The gradient multiplier rescale_grad / grad_scale.
+INDUCTOR_LAMB_HD float grad_mul(const Hyper& h, float inv_grad_scale) { return float(h.rescale_grad * inv_grad_scale); }
+
+// lr * lars_coeff * ||p|| / (||g|| + wd ||p|| + eps) with layer adaptation, weight
+// decay and both norms nonzero; lr otherwise.
+INDUCTOR_LAMB_HD float local_lr(const Hyper& h, const Options& o, double lr, double p_sq, double g_sq) {
+  const double p_norm = sqrt(p_sq), g_norm = sqrt(g_sq), wd = o.weight_decay;
+  if (o.layer_adaptation && wd > 0 && p_norm > 0 && g_norm > 0)
+    return float(lr * h.lars_coeff * p_norm / (g_norm + wd * p_norm + h.eps));
+  return float(lr);
+}
+
+// Per element: v = mu v + local_lr (grad_mul g + wd p); p -= v.
+template <typename V>
+struct Elem {
+  V momentum, local_lr, wd, grad_mul;
+  INDUCTOR_LAMB_HD Elem(float momentum_, float local_lr_, float wd_, float grad_mul_)
+      : momentum(momentum_), local_lr(local_lr_), wd(wd_), grad_mul(grad_mul_) {}
+  // Returns the new p; v is updated in place. (One expression with g's scaling:
+  // the CPU kernels' FMA contraction, hence their bits, depends on its shape.)
+  INDUCTOR_LAMB_HD V step(const V& g, const V& p, V& v) const {
+    v = v * momentum + local_lr * (g * grad_mul + wd * p);
+    return p - v;
+  }
+};
+
+}  // namespace inductor_lamb::lars
