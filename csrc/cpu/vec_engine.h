@@ -233,6 +233,26 @@ inline void for_each_typed_chunk(ChunkSpan chunks, const TensorPtrs* tensors, co
 // A float32 state list of a tensor.
 inline float* state_f32(const TensorPtrs& t, int k) { return static_cast<float*>(t.state[k]); }
 
+// The loop of a one-pass update with one float32 state list (LARS, Adagrad):
+// per element p = e.step(g, p, s), s updated in place, with e = make_elem(chunk)
+// the optimizer's element math (common/<opt>.h) for the chunk's tensor.
+template <typename MakeElem>
+inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const MakeElem& make_elem) {
+  for_each_typed_chunk(chunks, tensors, [&](auto tag, int64_t, const TensorPtrs& t, const Chunk& c) {
+    using T = decltype(tag);
+    const auto e = make_elem(c);
+    T* param = static_cast<T*>(t.param);
+    float* state = state_f32(t, 0);
+    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
+      const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
+      F2 p = load_param(param, t.master, i, n), s = load2(state + i, n);
+      p = {e.step(g.a, p.a, s.a), e.step(g.b, p.b, s.b)};
+      store2(state + i, n, s);
+      store_param(param, t.master, i, n, p);
+    });
+  });
+}
+
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
 // sqrt and division dominate the element loops once the data sits in cache
 // (about 20 cycles per AVX512 vector each); on AVX512 they are replaced by the

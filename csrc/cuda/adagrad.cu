@@ -10,16 +10,8 @@ namespace {
 __global__ void update(Launch l, adagrad::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
-  const TensorMeta& t = c.t;
-  const adagrad::Elem<float> e(adagrad::clr(*l.lr, double(*t.step) + 1.0, h.lr_decay), h,
-                               adagrad::grad_mul(h, grad_multiplier(l, false)));
-  float* sum = state_f32(t, 0);
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    float s = sum[i];
-    const float p = e.step(load(t.grad, t.dtype, i), load_param(t, i), s);
-    sum[i] = s;
-    store_param(t, i, p);
-  }
+  const float clr = adagrad::clr(*l.lr, double(*c.t.step) + 1.0, h.lr_decay);
+  one_state_update(c, adagrad::Elem<float>(clr, h, adagrad::grad_mul(h, grad_multiplier(l, false))));
 }
 
 __global__ void increment_steps(Launch l) {

@@ -117,6 +117,19 @@ __device__ __forceinline__ float tensor_max(const Launch& l, const TensorMeta& t
   return m;
 }
 
+// The element loop of a one-pass update with one float32 state list (LARS,
+// Adagrad) over this block's chunk: p = e.step(g, p, s), s updated in place.
+template <typename Elem>
+__device__ __forceinline__ void one_state_update(const BlockChunk& c, const Elem& e) {
+  float* state = state_f32(c.t, 0);
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
+    float s = state[i];
+    const float p = e.step(load(c.t.grad, c.t.dtype, i), load_param(c.t, i), s);
+    state[i] = s;
+    store_param(c.t, i, p);
+  }
+}
+
 // Launch helpers: one block per chunk, one thread per tensor.
 inline dim3 chunk_grid(const Launch& l) { return dim3(static_cast<unsigned>(l.num_chunks)); }
 inline dim3 tensor_grid(const Launch& l) { return dim3(static_cast<unsigned>((l.num_tensors + kThreads - 1) / kThreads)); }

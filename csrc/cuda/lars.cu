@@ -39,16 +39,8 @@ __global__ void coeffs(Launch l, lars::Hyper h) {
 __global__ void update(Launch l, lars::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
-  const TensorMeta& t = c.t;
-  const float mul = grad_mul(l, h);
-  const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(t.options.weight_decay), mul);
-  float* buf = state_f32(t, 0);
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    float v = buf[i];
-    const float p = e.step(load(t.grad, t.dtype, i), load_param(t, i), v);
-    buf[i] = v;
-    store_param(t, i, p);
-  }
+  one_state_update(c, lars::Elem<float>(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr],
+                                         float(c.t.options.weight_decay), grad_mul(l, h)));
 }
 
 }  // namespace

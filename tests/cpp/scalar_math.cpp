@@ -1,0 +1,98 @@
+// The shared math headers (csrc/common/<opt>.h) instantiated with V = float, as
+// the CUDA kernels instantiate them, built by tests/test_shared_math.py with a
+// plain host compiler (no torch, no CUDA: the headers must stay device-neutral)
+// and called through ctypes. Each function is one optimizer step of one float32
+// tensor, element by element: the scalar twin of the CPU vector kernels.
+#include <stdint.h>
+
+#include "common/adagrad.h"
+#include "common/lamb.h"
+#include "common/lamb16.h"
+#include "common/lars.h"
+
+using namespace inductor_lamb;
+
+namespace {
+// The kernels' reductions reach the per-tensor scalars as float32 (the reductions tensor).
+double as_f32(double x) { return float(x); }
+}  // namespace
+
+extern "C" {
+
+// LAMB, one tensor: step is the incremented step count t; grad_mul = 1 / (grad_scale * clip).
+void lamb_step(int64_t n, float* p, const float* g, float* m, float* v, double step, double lr, float beta1,
+               float beta2, double eps, double weight_decay, int bias_correction, int grad_averaging,
+               int always_adapt, int trust_clip, float grad_mul) {
+  const lamb::Hyper h{&beta1, &beta2, eps, weight_decay, 0.0, bool(bias_correction), bool(grad_averaging),
+                      bool(always_adapt), bool(trust_clip)};
+  const lamb::Elem<float> e(lamb::consts(h), lamb::inv_bias_correction(beta1, step, h.bias_correction),
+                            lamb::inv_bias_correction(beta2, step, h.bias_correction));
+  double p_sq = 0, u_sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    e.moments(g[i] * grad_mul, m[i], v[i]);
+    const float u = e.update(p[i], m[i], v[i]);
+    p_sq += double(p[i]) * p[i];
+    u_sq += double(u) * u;
+  }
+  const float step_size = lamb::step_size(h, lr, as_f32(p_sq), as_f32(u_sq));
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] - step_size * e.update(p[i], m[i], v[i]);
+}
+
+// LAMB16, one tensor: m8 / v8 hold the decoded float8 codes on entry and the
+// (saturated, unrounded) codes to store on return; scales[0..1] the old m / v
+// scales on entry, the new ones on return.
+void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, float* scales, double lr, float beta1,
+                 float beta2, double eps, double weight_decay, double trust_scale, float grad_mul) {
+  const lamb16::Hyper h{&beta1, &beta2, eps, weight_decay, trust_scale};
+  const lamb16::Consts k = lamb16::consts(h);
+  const float beta1_scale = lamb16::beta_scale(&beta1, scales[0]), beta2_scale = lamb16::beta_scale(&beta2, scales[1]);
+  const lamb16::Elem<float> e1(k, beta1_scale, beta2_scale);
+  double p_sq = 0, u_sq = 0;
+  float m_max = 0, v_max = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float m = m8[i], v = v8[i];
+    e1.moments(g[i] * grad_mul, m, v);
+    const float u = e1.update(p[i], m, v);
+    p_sq += double(p[i]) * p[i];
+    u_sq += double(u) * u;
+    m_max = max_of(m_max, m < 0 ? -m : m);
+    v_max = max_of(v_max, v);
+  }
+  scales[0] = lamb16::new_scale(m_max, lamb16::kE4M3Max);
+  scales[1] = lamb16::new_scale(v_max, lamb16::kE5M2Max);
+  const float step_size = lamb16::step_size(h, lr, as_f32(p_sq), as_f32(u_sq));
+  const lamb16::Elem<float> e2(k, beta1_scale, beta2_scale, 1.f / scales[0], 1.f / scales[1]);
+  for (int64_t i = 0; i < n; ++i) {
+    float m = m8[i], v = v8[i];
+    e2.moments(g[i] * grad_mul, m, v);
+    p[i] = p[i] - step_size * e2.update(p[i], m, v);
+    m8[i] = e2.m_code(m);
+    v8[i] = e2.v_code(v);
+  }
+}
+
+// LARS, one tensor; inv_grad_scale = 1 / grad_scale.
+void lars_step(int64_t n, float* p, const float* g, float* buf, double lr, float momentum, double lars_coeff,
+               double eps, double rescale_grad, double weight_decay, int layer_adaptation, float inv_grad_scale) {
+  const lars::Hyper h{&momentum, lars_coeff, eps, rescale_grad};
+  const float grad_mul = lars::grad_mul(h, inv_grad_scale);
+  double p_sq = 0, g_sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gs = g[i] * grad_mul;
+    p_sq += double(p[i]) * p[i];
+    g_sq += double(gs) * gs;
+  }
+  const lars::Options o{weight_decay, bool(layer_adaptation)};
+  const lars::Elem<float> e(momentum, lars::local_lr(h, o, lr, as_f32(p_sq), as_f32(g_sq)), float(weight_decay), grad_mul);
+  for (int64_t i = 0; i < n; ++i) p[i] = e.step(g[i], p[i], buf[i]);
+}
+
+// Adagrad, one tensor; step is the incremented step count t.
+void adagrad_step(int64_t n, float* p, const float* g, float* sum, double step, double lr, double lr_decay,
+                  double weight_decay, double eps, int maximize, float inv_grad_scale) {
+  const adagrad::Hyper h{lr_decay, weight_decay, eps, bool(maximize)};
+  const adagrad::Elem<float> e(adagrad::clr(lr, step, lr_decay), h, adagrad::grad_mul(h, inv_grad_scale));
+  for (int64_t i = 0; i < n; ++i) p[i] = e.step(g[i], p[i], sum[i]);
+}
+
+}  // extern "C"

@@ -1,0 +1,157 @@
+"""The shared math headers (csrc/common/<opt>.h) through their scalar
+instantiation (V = float, what the CUDA kernels compile), built on the host from
+tests/cpp/scalar_math.cpp without torch or CUDA headers, against the CPU op (the
+same headers instantiated for at::vec vectors) and the float64 reference."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+from conftest import assert_tensor_close, randn, raw_op_kwargs
+
+import inductor_lamb
+from inductor_lamb import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+N = 20000  # > 1 chunk, odd tail
+LRS = [0.02, 0.011, 0.005]
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    out = tmp_path_factory.mktemp("scalar_math") / "libscalar_math.so"
+    src = os.path.join(ROOT, "tests", "cpp", "scalar_math.cpp")
+    # -ffp-contract=off: plain float rounding of every operation (no FMA), the scalar baseline
+    subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-shared", "-fPIC",
+                    "-I", os.path.join(ROOT, "csrc"), src, "-o", str(out)], check=True)
+    lib = ctypes.CDLL(str(out))
+    i64, f32, f64, i32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
+    lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, f32]
+    lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32]
+    lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32]
+    lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
+    return lib
+
+
+@pytest.fixture
+def set_cap():
+    """Runs the CPU op on the best kernels or the generic ones (conftest restores the choice)."""
+
+    def set_to(cap: str) -> None:
+        if cap == "default":
+            inductor_lamb.set_cpu_capability("default")
+
+    return set_to
+
+
+def ptr(t: torch.Tensor):
+    assert t.is_contiguous() and t.dtype == torch.float32
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def tensors(seed, *scales):
+    gen = torch.Generator().manual_seed(seed)
+    return [randn((N,), torch.float32, gen, s) for s in scales]
+
+
+def close(a, b, rtol=2e-5, atol=2e-6):
+    torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1, trust_clip=True, grad_scale=4.0),
+                                dict(bias_correction=False, grad_averaging=False, weight_decay=0.0, always_adapt=True)])
+def test_lamb(lib, kw, cap, set_cap):
+    set_cap(cap)
+    p, g, m = tensors(1, 1.0, 1.0, 0.1)
+    v = m.abs() + 1e-3
+    scale = kw.get("grad_scale", 1.0)
+    g = g * scale
+    s_p, s_m, s_v = p.clone(), m.clone(), v.clone()  # scalar twin
+    o_p, o_m, o_v, steps = p.clone(), m.clone(), v.clone(), [torch.tensor(0.0)]
+    r_p, r_g, r_m, r_v = (t.double() for t in (p, g / scale, m, v))
+    r_steps = [torch.tensor(0.0, dtype=torch.float64)]
+    hyp = dict(eps=1e-6, weight_decay=kw.get("weight_decay", 0.01), bias_correction=kw.get("bias_correction", True),
+               grad_averaging=kw.get("grad_averaging", True), always_adapt=kw.get("always_adapt", False),
+               trust_clip=kw.get("trust_clip", False))
+    for t, lr in enumerate(LRS, 1):
+        lib.lamb_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), float(t), lr, 0.9, 0.999, hyp["eps"],
+                      hyp["weight_decay"], *(int(hyp[k]) for k in ("bias_correction", "grad_averaging",
+                                                                  "always_adapt", "trust_clip")), 1.0 / scale)
+        torch.ops.lamb.lamb_step_([o_p], [g], [o_m], [o_v], steps, torch.tensor(lr),
+                                  grad_scale=torch.tensor(scale), **raw_op_kwargs("lamb_step_", hyp))
+        reference.lamb_step([r_p], [r_g], [r_m], [r_v], r_steps, lr=lr, **hyp)
+    for s, o, r in ((s_p, o_p, r_p), (s_m, o_m, r_m), (s_v, o_v, r_v)):
+        close(s, o)
+        close(s, r)
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+def test_lamb16(lib, cap, set_cap):
+    set_cap(cap)
+    p, g, m = tensors(2, 1.0, 1.0, 0.1)
+    m_scale, v_scale = torch.tensor(0.3 / 448), torch.tensor(0.1 / 57344)
+    m8 = (m / m_scale).to(torch.float8_e4m3fn)
+    v8 = ((m * m + 1e-4) / v_scale).to(torch.float8_e5m2)
+    hyp = dict(eps=1e-6, weight_decay=0.01, trust_scale=0.382)
+    lr = 0.02
+    s_p, s_m, s_v = p.clone(), m8.float(), v8.float()
+    scales = torch.tensor([float(m_scale), float(v_scale)])
+    lib.lamb16_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), ptr(scales), lr, 0.9, 0.999, hyp["eps"],
+                    hyp["weight_decay"], hyp["trust_scale"], 1.0)
+    o_p, o_m8, o_v8, o_ms, o_vs = p.clone(), m8.clone(), v8.clone(), m_scale.clone(), v_scale.clone()
+    torch.ops.lamb.lamb16_step_([o_p], [g], [o_m8], [o_v8], [o_ms], [o_vs], [torch.tensor(0.0)], torch.tensor(lr),
+                                **raw_op_kwargs("lamb16_step_", hyp))
+    close(s_p, o_p)
+    close(scales, torch.stack([o_ms, o_vs]), rtol=1e-6, atol=0)
+    assert_tensor_close(s_m.to(torch.float8_e4m3fn), o_m8)  # RNE encode of the scalar codes
+    assert_tensor_close(s_v.to(torch.float8_e5m2), o_v8)
+    r = [[t.double()] for t in (p, g)] + [[m8], [v8], [m_scale.double()], [v_scale.double()],
+                                          [torch.tensor(0.0, dtype=torch.float64)]]
+    reference.lamb16_step(*r, lr=lr, **hyp)
+    close(s_p, r[0][0])
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+@pytest.mark.parametrize("wd,adapt,scale", [(5e-4, True, 1.0), (1e-2, True, 2.0), (1e-2, False, 1.0), (0.0, True, 1.0)])
+def test_lars(lib, wd, adapt, scale, cap, set_cap):
+    set_cap(cap)
+    p, g, buf = tensors(3, 1.0, 1.0, 0.01)
+    hyp = dict(lars_coeff=0.02, eps=1e-3, rescale_grad=0.5, weight_decay=[wd], layer_adaptation=[adapt])
+    s_p, s_b, o_p, o_b = p.clone(), buf.clone(), p.clone(), buf.clone()
+    r_p, r_b = p.double(), buf.double()
+    for lr in LRS:
+        lib.lars_step(N, ptr(s_p), ptr(g), ptr(s_b), lr, 0.9, 0.02, 1e-3, 0.5, wd, int(adapt), 1.0 / scale)
+        torch.ops.lamb.lars_step_([o_p], [g], [o_b], torch.tensor(lr), grad_scale=torch.tensor(scale),
+                                  **raw_op_kwargs("lars_step_", hyp))
+        reference.lars_step([r_p], [g.double() / scale], [r_b], lr=lr, **hyp)
+    for s, o, r in ((s_p, o_p, r_p), (s_b, o_b, r_b)):
+        close(s, o)
+        close(s, r)
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+@pytest.mark.parametrize("kw", [dict(), dict(lr_decay=0.1, weight_decay=0.05, eps=1e-6, maximize=True)])
+def test_adagrad(lib, kw, cap, set_cap):
+    set_cap(cap)
+    p, g, s0 = tensors(4, 1.0, 1.0, 1.0)
+    s0 = s0.abs() + 0.1
+    hyp = dict(lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False) | kw
+    s_p, s_s, o_p, o_s = p.clone(), s0.clone(), p.clone(), s0.clone()
+    r_p, r_s, steps, r_steps = p.double(), s0.double(), [torch.tensor(0.0)], [torch.tensor(0.0, dtype=torch.float64)]
+    for t, lr in enumerate(LRS, 1):
+        lib.adagrad_step(N, ptr(s_p), ptr(g), ptr(s_s), float(t), lr, hyp["lr_decay"], hyp["weight_decay"],
+                         hyp["eps"], int(hyp["maximize"]), 1.0)
+        torch.ops.lamb.adagrad_step_([o_p], [g], [o_s], steps, torch.tensor(lr), **hyp)
+        reference.adagrad_step([r_p], [g.double()], [r_s], r_steps, lr=lr, **hyp)
+    for s, o, r in ((s_p, o_p, r_p), (s_s, o_s, r_s)):
+        close(s, o)
+        close(s, r)
