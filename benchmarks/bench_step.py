@@ -1,6 +1,7 @@
 """Optimizer step time: our ops against plain torch and torch's fused twins (CPU or CUDA).
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
+                                    [--capability default|avx2|avx512]
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -104,8 +105,10 @@ def rows_for(kind, shapes) -> list[tuple[str, int, Callable[[], object]]]:
 
 def run(args) -> list[dict]:
     torch.set_num_threads(args.threads)
+    if args.capability:
+        inductor_lamb.set_cpu_capability(args.capability)
     workloads = {"(a) 1x 1024x1024": [(1024, 1024)], "(b) BERT-like": bert_like_shapes()}
-    print(f"# {machine_line(args.threads)}\n")
+    print(f"# {machine_line(args.threads)}; our CPU kernels: {inductor_lamb.cpu_capability()}\n")
     tables = [(kind, w) for kind in args.ops for w in workloads]
     results = []
     for kind, w in tqdm(tables, desc="optimizer steps", file=sys.stderr):
@@ -241,6 +244,8 @@ def main():
     ap.add_argument("--ops", nargs="+", default=["lamb", "lamb16", "lars", "adagrad"],
                     choices=["lamb", "lamb16", "lars", "adagrad"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--capability", default="", choices=["", "default", "avx2", "avx512"],
+                    help="run our CPU kernels of this instruction set (default: the best this CPU has)")
     args = ap.parse_args()
     run_cuda(args) if args.device == "cuda" else run(args)
 

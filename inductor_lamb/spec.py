@@ -371,7 +371,7 @@ def spec_of(name: str) -> OpSpec:
 
 
 # ---- the checks -------------------------------------------------------------------------
-# The same checks, order and messages as csrc/cpu/op_checks.cpp (TORCH_CHECK raises
+# The same checks, order and messages as csrc/common/op_args.cpp (TORCH_CHECK raises
 # RuntimeError). Run by the fake implementations, so every compile path applies them
 # at trace time, before any tensor is touched.
 

@@ -1,0 +1,103 @@
+"""Step time of our four ops in two builds of the package, side by side (a kernel
+refactor's "no speed regression" check).
+
+    python benchmarks/compare_builds.py --before /path/to/old/checkout --after . [--rounds 3]
+
+Each build is a source tree with its extension built in place (``python setup.py
+build_ext --inplace``). The two cannot share a process (both register
+``torch.ops.lamb``), so every (build, CPU capability) runs in its own process,
+alternating before/after for ``--rounds`` rounds; the table keeps each row's
+fastest round, so both builds see the same machine conditions. Workloads: one
+1024x1024 tensor (in cache) and the BERT-like list of bench_step.py (DRAM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OPS = ("lamb", "lamb16", "lars", "adagrad")
+
+# Run in a child process with PYTHONPATH=<build>: times every op, prints JSON.
+CHILD = r"""
+import json, sys
+import torch
+sys.path.insert(0, {bench_dir!r})
+from bench_step import make_state
+from common import bench, bert_like_shapes
+import inductor_lamb
+torch.set_num_threads({threads})
+inductor_lamb.set_cpu_capability({cap!r})
+workloads = {{"1024x1024": [(1024, 1024)], "BERT-like": bert_like_shapes()}}
+lr = torch.tensor(1e-3)
+b1, b2, mom = torch.tensor(0.9), torch.tensor(0.999), torch.tensor(0.9)
+calls = {{
+    "lamb": lambda s: torch.ops.lamb.lamb_step_(*s, lr, b1, b2),
+    "lamb16": lambda s: torch.ops.lamb.lamb16_step_(*s, lr, b1, b2),
+    "lars": lambda s: torch.ops.lamb.lars_step_(*s, lr, mom),
+    "adagrad": lambda s: torch.ops.lamb.adagrad_step_(*s, lr),
+}}
+out = {{}}
+for w, shapes in workloads.items():
+    for op in {ops!r}:
+        state = make_state(shapes, kind=op)
+        out[f"{{op}} {{w}}"] = bench(lambda: calls[op](state), min_time={min_time}) * 1e3
+        del state
+print(json.dumps(out))
+"""
+
+
+def run_build(tree: str, cap: str, args) -> dict[str, float]:
+    code = CHILD.format(bench_dir=str(HERE), threads=args.threads, cap=cap, ops=list(args.ops), min_time=args.min_time)
+    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--before", required=True, help="source tree of the baseline build")
+    ap.add_argument("--after", default=str(HERE.parent), help="source tree of the new build")
+    ap.add_argument("--capabilities", nargs="+", default=["default", "avx2", "avx512"])
+    ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    args = ap.parse_args()
+
+    sys.path[:0] = [str(HERE), str(Path(args.after).resolve())]
+    from common import machine_line  # noqa: E402  (imports the "after" build, for the machine line)
+
+    caps = []
+    for cap in args.capabilities:  # only what this CPU supports
+        probe = ("import inductor_lamb, sys; c = sys.argv[1]; "
+                 "print(['default', 'avx2', 'avx512'].index(c) <= __import__('torch').ops.lamb._max_cpu_capability())")
+        env = dict(os.environ, PYTHONPATH=str(Path(args.after).resolve()))
+        ok = subprocess.run([sys.executable, "-c", probe, cap], env=env, capture_output=True, text=True).stdout.strip()
+        if ok == "True":
+            caps.append(cap)
+    print(f"# {machine_line(args.threads)}")
+    print(f"# before: {args.before}  after: {args.after}  rounds: {args.rounds} (fastest kept)\n")
+    best: dict[tuple[str, str, str], float] = {}
+    for r in range(args.rounds):
+        for cap in caps:
+            for label, tree in (("before", args.before), ("after", args.after)):
+                for row, ms in run_build(tree, cap, args).items():
+                    key = (cap, row, label)
+                    best[key] = min(ms, best.get(key, float("inf")))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"| capability | op, workload | before ms | after ms | after / before |")
+    print(f"|---|---|---|---|---|")
+    rows = sorted({(cap, row) for cap, row, _ in best}, key=lambda k: (caps.index(k[0]), k[1]))
+    for cap, row in rows:
+        b, a = best[(cap, row, "before")], best[(cap, row, "after")]
+        print(f"| {cap} | {row} | {b:.3f} | {a:.3f} | {a / b:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
