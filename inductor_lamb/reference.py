@@ -17,8 +17,9 @@ from .spec import SPECS, Role
 __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
            "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode"]
 
-# Largest finite value of each float8 format LAMB16 stores.
-FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+# Largest finite value of each float8 format LAMB16 stores (448 and 57344; csrc/common/lamb16.h
+# holds the C++ constants, and tests/test_lamb16_op.py checks that they agree).
+FP8_MAX = {dt: float(torch.finfo(dt).max) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 _FLT_MIN = torch.finfo(torch.float32).tiny
 
 
