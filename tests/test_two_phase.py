@@ -82,11 +82,20 @@ def reset_path():
     torch._dynamo.reset()
 
 
+# The CPU one-call ops run reduce and apply a block of whole tensors at a time
+# (8 MiB of pass-1 data: 0.5M elements for LAMB, 0.8M for LAMB16, 1M for LARS;
+# csrc/cpu/engine.h): these shapes make several blocks, with tensors larger
+# than a block alone, empty and 0-d ones between them.
+BLOCK_SHAPES = [(600, 1000), (300, 700), (0, 5), (), (1100, 1000), (400, 500), (7,)]
+
+
 @pytest.mark.parametrize("variant", ["fp32", "bf16_master", "noncontiguous", "found_inf"])
+@pytest.mark.parametrize("shapes", ["mixed", "blocks"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_one_call_is_reduce_then_apply_bit_for_bit(case, variant):
+def test_one_call_is_reduce_then_apply_bit_for_bit(case, shapes, variant):
     dtype = torch.bfloat16 if variant == "bf16_master" else torch.float32
-    name, args, kwargs = case_args(case, dtype=dtype, layout="transposed" if variant == "noncontiguous" else None)
+    name, args, kwargs = case_args(case, dtype=dtype, layout="transposed" if variant == "noncontiguous" else None,
+                                   shapes=BLOCK_SHAPES if shapes == "blocks" else None)
     if variant == "found_inf":
         kwargs["found_inf"] = torch.tensor(1.0)
     b_args, b_kwargs = clone_lists(args), dict(kwargs)

@@ -110,13 +110,12 @@ Checked<adagrad::Hyper> check_adagrad(const char* op, const at::Device& device, 
 lars::Options lars_options(c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation, size_t i);
 
 // The entry points of an op on one device over its call class `Call`
-// (Call(op, <args>) checks everything; reduce() -> reductions; apply(reductions)):
-// the one-call op is reduce then apply on one checked call, so it gives the
-// phases' bits. INDUCTOR_LAMB_PHASE_IMPLS registers them.
+// (Call(op, <args>) checks everything; reduce() -> reductions; apply(reductions);
+// step(), the one-call op, which gives the phases' bits). INDUCTOR_LAMB_PHASE_IMPLS
+// registers them.
 #define INDUCTOR_LAMB_PHASE_ENTRIES(Call, fn, P, step_op, reduce_op, apply_op)                         \
   void fn##_step(P##_LISTS, P##_HYPERS) {                                                               \
-    Call s(step_op, P##_ARGS);                                                                          \
-    s.apply(s.reduce());                                                                                \
+    Call(step_op, P##_ARGS).step();                                                                     \
   }                                                                                                     \
   at::Tensor fn##_reduce(P##_LISTS, P##_HYPERS) { return Call(reduce_op, P##_ARGS).reduce(); }         \
   void fn##_apply(P##_LISTS, const at::Tensor& reductions, P##_HYPERS) { Call(apply_op, P##_ARGS).apply(reductions); }

@@ -1,5 +1,6 @@
 #include "cpu/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cmath>
@@ -67,24 +68,44 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels) {
   return chunks;
 }
 
-std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
-                                      int64_t k, int64_t num_tensors) {
-  std::vector<double> out(num_tensors * k, 0.0);
-  for (size_t c = 0; c < chunks.size(); ++c)
-    for (int64_t j = 0; j < k; ++j) out[chunks[c].tensor * k + j] += partials[c * k + j];
-  return out;
+std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_tensors, int64_t max_elems) {
+  std::vector<Block> blocks;
+  Block b{0, 0, 0, 0};
+  int64_t elems = 0, c = 0;
+  const int64_t num_chunks = static_cast<int64_t>(chunks.size());
+  for (int64_t t = 0; t < num_tensors; ++t) {
+    int64_t c_end = c, n = 0;
+    for (; c_end < num_chunks && chunks[c_end].tensor == t; ++c_end) n += chunks[c_end].end - chunks[c_end].begin;
+    if (elems > 0 && elems + n > max_elems) {
+      blocks.push_back(b);
+      b = {t, t, c, c};
+      elems = 0;
+    }
+    b.t1 = t + 1;
+    b.c1 = c_end;
+    elems += n;
+    c = c_end;
+  }
+  if (num_tensors > 0) blocks.push_back(b);
+  return blocks;
 }
 
-std::vector<double> max_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
-                                   int64_t k, int64_t num_tensors) {
-  std::vector<double> out(num_tensors * k, 0.0);
-  for (size_t c = 0; c < chunks.size(); ++c)
+void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,
+                       double* out) {
+  std::fill(out, out + (b.t1 - b.t0) * k, 0.0);
+  for (int64_t c = b.c0; c < b.c1; ++c)
+    for (int64_t j = 0; j < k; ++j) out[(chunks[c].tensor - b.t0) * k + j] += partials[(c - b.c0) * k + j];
+}
+
+void max_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,
+                    double* out) {
+  std::fill(out, out + (b.t1 - b.t0) * k, 0.0);
+  for (int64_t c = b.c0; c < b.c1; ++c)
     for (int64_t j = 0; j < k; ++j) {
-      double& o = out[chunks[c].tensor * k + j];
-      const double x = partials[c * k + j];
+      double& o = out[(chunks[c].tensor - b.t0) * k + j];
+      const double x = partials[(c - b.c0) * k + j];
       if (std::isnan(x) || x > o) o = x;
     }
-  return out;
 }
 
 std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
@@ -94,7 +115,10 @@ std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const
   SumSqArgs args{ptrs.data(), dtypes.data(), {chunks.data(), static_cast<int64_t>(chunks.size())}, scale,
                  partials.data()};
   INDUCTOR_LAMB_KERNELS(engine_kernels).sumsq(args);
-  return reduce_per_tensor(chunks, partials, 1, static_cast<int64_t>(numels.size()));
+  const int64_t n = static_cast<int64_t>(numels.size());
+  std::vector<double> out(n);
+  reduce_per_tensor(chunks, Block{0, n, 0, static_cast<int64_t>(chunks.size())}, partials.data(), 1, out.data());
+  return out;
 }
 
 double global_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,

@@ -61,14 +61,25 @@ INDUCTOR_LAMB_DECLARE_KERNELS(EngineKernels, engine_kernels)
 // Cuts every tensor into ranges of at most kChunkElems elements, in list order.
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels);
 
-// out[t * k + j] = sum over the chunks of tensor t (in chunk order) of partials[c * k + j].
-std::vector<double> reduce_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
-                                      int64_t k, int64_t num_tensors);
+// Whole consecutive tensors [t0, t1) of a list and their chunks [c0, c1): the
+// unit of work of a two-phase op's passes (see TwoPhaseStep).
+struct Block {
+  int64_t t0, t1, c0, c1;
+};
 
-// out[t * k + j] = max over the chunks of tensor t of partials[c * k + j] (NaN wins;
-// 0 for a tensor without chunks): per-tensor amax, e.g. LAMB16's scales.
-std::vector<double> max_per_tensor(const std::vector<Chunk>& chunks, const std::vector<double>& partials,
-                                   int64_t k, int64_t num_tensors);
+// Cuts a list (its chunks, from make_chunks) into blocks of whole tensors of at
+// most `max_elems` elements each, unless one tensor alone is larger. Every tensor,
+// empty ones included, is in exactly one block.
+std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_tensors, int64_t max_elems);
+
+// For the chunks c of block b, in chunk order:
+// out[(t - b.t0) * k + j] = sum over the chunks of tensor t of partials[(c - b.c0) * k + j].
+void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,
+                       double* out);
+// Same with max instead of sum (NaN wins; 0 for a tensor without chunks): per-tensor
+// amax, e.g. LAMB16's scales.
+void max_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,
+                    double* out);
 
 // Per tensor of a list, the sum of (scale * x)^2 (deterministic): layer norms.
 std::vector<double> per_tensor_sumsq(const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
@@ -116,6 +127,8 @@ struct CpuCall {
   }
 
   ChunkSpan chunk_span() const { return {chunks.data(), static_cast<int64_t>(chunks.size())}; }
+  Block whole() const { return {0, int64_t(n), 0, int64_t(chunks.size())}; }
+  ChunkSpan chunk_span(const Block& b) const { return {chunks.data() + b.c0, b.c1 - b.c0}; }
   double lr() const { return lr_t.item<float>(); }
   float inv_grad_scale() const { return cpu::inv_grad_scale(grad_scale_t); }
 
@@ -142,6 +155,66 @@ struct CpuCall {
   int master;  // index of the master params among the state lists, or -1
   std::vector<TensorPtrs> tensors;
   std::vector<Chunk> chunks;
+};
+
+// The entry points of a two-phase op (reduce, apply, and the one-call step) from
+// its stages, which Derived provides:
+//   void begin(bool reduce, bool apply);  per-list work before the phases (steps, lr, ...)
+//   void reduce_block(const Block&, double* out);        pass 1; out: kReductions per tensor
+//   void apply_block(const Block&, const double* r);     pass 2 from those values
+//   void end(bool reduce, bool apply);    writes back what the phases wrote
+// The one-call step runs both passes a block of tensors at a time, so that pass 2
+// finds in the last-level cache what pass 1 of the same block just read instead
+// of reading it again from memory (LAMB, BERT-like list: 15-20% faster).
+// Between the passes the values go through float32, as through the reductions
+// tensor of the two-phase form, so both forms give the same bits.
+template <typename Derived, typename Hyper>
+class TwoPhaseStep {
+ public:
+  at::Tensor reduce() {
+    if (c_.skip) return c_.reductions_out({}, k_);
+    self().begin(true, false);
+    std::vector<double> out(k_ * c_.n);
+    self().reduce_block(c_.whole(), out.data());
+    self().end(true, false);
+    return c_.reductions_out(out, k_);
+  }
+
+  void apply(const at::Tensor& reductions) {
+    const std::vector<double> r = c_.reductions_in(reductions, k_);
+    if (c_.skip) return;
+    self().begin(false, true);
+    self().apply_block(c_.whole(), r.data());
+    self().end(false, true);
+  }
+
+  void step() {
+    if (c_.skip) return;
+    self().begin(true, true);
+    std::vector<double> r;
+    for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / pass1_bytes_)) {
+      r.assign(k_ * (b.t1 - b.t0), 0.0);
+      self().reduce_block(b, r.data());
+      for (double& x : r) x = float(x);
+      self().apply_block(b, r.data());
+    }
+    self().end(true, true);
+  }
+
+ protected:
+  // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads.
+  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes)
+      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes) {}
+
+  // What pass 1 of a block may read for pass 2 to find it in cache: well under
+  // the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons).
+  static constexpr int64_t kBlockBytes = int64_t(8) << 20;
+
+  CpuCall<Hyper> c_;
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  const int64_t k_, pass1_bytes_;
 };
 
 // The CPU entry points and registrations (CPU, and SparseCPU so that a sparse

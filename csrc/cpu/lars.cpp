@@ -1,7 +1,7 @@
 // lamb::lars_step_ and its two phases on CPU (PaddlePaddle merged lars_momentum
 // semantics): layer norms from the engine (reduce), per-tensor local learning
-// rates from common/lars.h and one update pass (apply). The one-call op is
-// exactly reduce then apply.
+// rates from common/lars.h and one update pass (apply). The one-call op runs
+// both a block of tensors at a time (TwoPhaseStep, engine.h).
 #include <torch/library.h>
 
 #include "cpu/engine.h"
@@ -13,53 +13,71 @@ INDUCTOR_LAMB_DECLARE_KERNELS(LarsKernels, lars_kernels)
 
 namespace {
 
-class LarsStep {
+class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
  public:
   LarsStep(const char* op, LARS_LISTS, LARS_HYPERS)
-      : c_(op, check_lars(op, at::kCPU, LARS_ARGS), params, grads, 1, master_params.has_value(), lr, grad_scale,
-           found_inf),
+      : TwoPhaseStep({op, check_lars(op, at::kCPU, LARS_ARGS), params, grads, 1, master_params.has_value(), lr,
+                      grad_scale, found_inf},
+                     lars::kReductions, 8),
         weight_decay_(weight_decay),
         layer_adaptation_(layer_adaptation),
-        grad_mul_(lars::grad_mul(c_.hyper, c_.inv_grad_scale())) {}
-
-  // Layer norms (two reads, 8 bytes/param; nothing written): [n, 2] float32.
-  at::Tensor reduce() {
-    if (c_.skip) return c_.reductions_out({}, lars::kReductions);
-    std::vector<const void*> p_ptrs(c_.n), g_ptrs(c_.n);
-    std::vector<Dtype> p_dtypes = c_.rows.dtypes();
-    for (size_t i = 0; i < c_.n; ++i) {
+        grad_mul_(lars::grad_mul(c_.hyper, c_.inv_grad_scale())),
+        coeffs_(c_.n),
+        p_ptrs_(c_.n),
+        g_ptrs_(c_.n),
+        p_dtypes_(c_.rows.dtypes()) {
+    for (size_t i = 0; i < c_.n; ++i) {  // the norm of a param is that of its master copy, if any
       const TensorPtrs& t = c_.tensors[i];
-      p_ptrs[i] = t.master ? static_cast<const void*>(t.master) : t.param;
-      if (t.master) p_dtypes[i] = Dtype::Float;
-      g_ptrs[i] = t.grad;
+      p_ptrs_[i] = t.master ? static_cast<const void*>(t.master) : t.param;
+      if (t.master) p_dtypes_[i] = Dtype::Float;
+      g_ptrs_[i] = t.grad;
     }
-    const auto p_sq = per_tensor_sumsq(p_ptrs, p_dtypes, c_.rows.numels(), 1.f);
-    const auto g_sq = per_tensor_sumsq(g_ptrs, c_.rows.dtypes(), c_.rows.numels(), grad_mul_);
-    std::vector<double> out(lars::kReductions * c_.n);
-    for (size_t i = 0; i < c_.n; ++i) out[2 * i] = p_sq[i], out[2 * i + 1] = g_sq[i];
-    return c_.reductions_out(out, lars::kReductions);
+  }
+
+  void begin(bool, bool apply) {
+    if (apply) lr_ = c_.lr();
+  }
+
+  // Layer norms (two reads, 8 bytes/param; nothing written): per tensor (||p||^2, ||g||^2).
+  void reduce_block(const Block& b, double* out) {
+    const auto p_sq = sumsq(b, p_ptrs_, p_dtypes_, 1.f);
+    const auto g_sq = sumsq(b, g_ptrs_, c_.rows.dtypes(), grad_mul_);
+    for (int64_t i = 0; i < b.t1 - b.t0; ++i) out[2 * i] = p_sq[i], out[2 * i + 1] = g_sq[i];
   }
 
   // Local learning rates from the reductions, then one update pass.
-  void apply(const at::Tensor& reductions) {
-    const auto sq = c_.reductions_in(reductions, lars::kReductions);
-    if (c_.skip) return;
-    const double lr = c_.lr();
-    std::vector<LarsCoeffs> coeffs(c_.n);
-    for (size_t i = 0; i < c_.n; ++i) {
+  void apply_block(const Block& b, const double* sq) {
+    for (int64_t i = b.t0; i < b.t1; ++i) {
       const lars::Options o = lars_options(weight_decay_, layer_adaptation_, i);
-      coeffs[i] = {lars::local_lr(c_.hyper, o, lr, sq[2 * i], sq[2 * i + 1]), float(o.weight_decay)};
+      const double* s = sq + lars::kReductions * (i - b.t0);
+      coeffs_[i] = {lars::local_lr(c_.hyper, o, lr_, s[0], s[1]), float(o.weight_decay)};
     }
-    const LarsArgs args{c_.tensors.data(), coeffs.data(), c_.chunk_span(), *c_.hyper.momentum, grad_mul_};
+    const LarsArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b), *c_.hyper.momentum, grad_mul_};
     INDUCTOR_LAMB_KERNELS(lars_kernels).update(args);
-    c_.commit();
+  }
+
+  void end(bool, bool apply) {
+    if (apply) c_.commit();
   }
 
  private:
-  CpuCall<lars::Hyper> c_;
+  // Per tensor of block b, the sum of (scale * x)^2 over ptrs[tensor].
+  std::vector<double> sumsq(const Block& b, const std::vector<const void*>& ptrs, const std::vector<Dtype>& dtypes,
+                            float scale) const {
+    std::vector<double> partials(b.c1 - b.c0), out(b.t1 - b.t0);
+    const SumSqArgs args{ptrs.data(), dtypes.data(), c_.chunk_span(b), scale, partials.data()};
+    INDUCTOR_LAMB_KERNELS(engine_kernels).sumsq(args);
+    reduce_per_tensor(c_.chunks, b, partials.data(), 1, out.data());
+    return out;
+  }
+
   c10::ArrayRef<double> weight_decay_;
   c10::List<bool> layer_adaptation_;
   float grad_mul_;
+  std::vector<LarsCoeffs> coeffs_;
+  std::vector<const void*> p_ptrs_, g_ptrs_;
+  std::vector<Dtype> p_dtypes_;
+  double lr_ = 0.0;
 };
 
 INDUCTOR_LAMB_CPU_PHASE_OPS(LarsStep, lars_cpu, LARS, "lars_step_", "lars_reduce", "lars_apply_")

@@ -174,6 +174,8 @@ class CudaCall {
     run(phases_.apply);
     rows_.commit(true, phases_.apply_writes, master_);
   }
+  // The one-call form of a two-phase op: the same launches, bit for bit.
+  void step() { apply(reduce()); }
   // A one-launcher op: everything it wrote is written back.
   void step(Launcher fn) {
     run(fn);
