@@ -324,3 +324,25 @@ def test_float8_encoding_matches_torch_conversion(cap):
     assert lists[4][0].item() == sm.item() and lists[5][0].item() == sv.item()
     assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3))
     assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2))
+
+
+def test_nonfinite_values_encode_alike_on_every_capability():
+    """NaN and inf grads reach the float8 encoders (through the moments and the
+    scales): the vector encoders must give the scalar c10 encoder's codes for them."""
+    out = {}
+    for cap in ("best", "default"):
+        if cap == "default":
+            inductor_lamb.set_cpu_capability("default")
+        lists = make([(1000,), (37,), (64,)], seed=5)
+        lists[1][0][[3, 500]] = float("nan")
+        lists[1][0][7] = float("inf")  # tensor 0: NaN moments and scales from here on
+        lists[1][1][5] = -float("inf")
+        lists[1][2][9] = 3e38  # v = g^2 overflows float32
+        op(lists, 0.01)
+        out[cap] = lists
+    for k in (2, 3):  # the same codes (NaN's sign bit aside: the vector and scalar math may differ there)
+        for x, y in zip(out["best"][k], out["default"][k]):
+            assert torch.equal(x.isnan(), y.isnan()) and out["best"][k][0].isnan().any()
+            assert torch.equal(x.view(torch.uint8)[~x.isnan()], y.view(torch.uint8)[~y.isnan()])
+    for x, y in zip(out["best"][0], out["default"][0]):
+        torch.testing.assert_close(x, y, equal_nan=True)
