@@ -31,6 +31,7 @@ sys.path.insert(0, {bench_dir!r})
 from bench_step import make_state
 from common import bench, bert_like_shapes
 import inductor_lamb
+assert inductor_lamb.__file__.startswith({tree!r}), f"imported {{inductor_lamb.__file__}}, not the build in {tree!r}"
 torch.set_num_threads({threads})
 inductor_lamb.set_cpu_capability({cap!r})
 workloads = {{"1024x1024": [(1024, 1024)], "BERT-like": bert_like_shapes()}}
@@ -53,9 +54,13 @@ print(json.dumps(out))
 
 
 def run_build(tree: str, cap: str, args) -> dict[str, float]:
-    code = CHILD.format(bench_dir=str(HERE), threads=args.threads, cap=cap, ops=list(args.ops), min_time=args.min_time)
-    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    tree = str(Path(tree).resolve())
+    code = CHILD.format(bench_dir=str(HERE), tree=tree, threads=args.threads, cap=cap, ops=list(args.ops),
+                        min_time=args.min_time)
+    env = dict(os.environ, PYTHONPATH=tree)
+    # run in the tree: `python -c` puts the working directory first on sys.path, so
+    # from anywhere else a checkout there would shadow PYTHONPATH (the child checks)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -77,8 +82,9 @@ def main():
     for cap in args.capabilities:  # only what this CPU supports
         probe = ("import inductor_lamb, sys; c = sys.argv[1]; "
                  "print(['default', 'avx2', 'avx512'].index(c) <= __import__('torch').ops.lamb._max_cpu_capability())")
-        env = dict(os.environ, PYTHONPATH=str(Path(args.after).resolve()))
-        ok = subprocess.run([sys.executable, "-c", probe, cap], env=env, capture_output=True, text=True).stdout.strip()
+        after = str(Path(args.after).resolve())
+        ok = subprocess.run([sys.executable, "-c", probe, cap], env=dict(os.environ, PYTHONPATH=after), cwd=after,
+                            capture_output=True, text=True).stdout.strip()
         if ok == "True":
             caps.append(cap)
     print(f"# {machine_line(args.threads)}")
