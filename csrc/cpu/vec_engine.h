@@ -21,6 +21,9 @@
 #include <tuple>
 
 #include "cpu/types.h"
+#if defined(CPU_CAPABILITY_AVX2)
+#include "cpu/fp8_avx2.h"
+#endif
 
 namespace inductor_lamb::cpu {
 inline namespace CPU_CAPABILITY {
@@ -73,36 +76,6 @@ struct VecIO<float> {
 // convert kWidth elements at a time with vector code; the generic build one at a
 // time with c10's scalar functions. All of them give c10's bits (round to nearest
 // even; tests/test_lamb16_op.py checks every code and a million encodings).
-#if defined(CPU_CAPABILITY_AVX2)
-// c10's float -> float8 rounding on 8 lanes of int32 bit work. F: the format's
-// constants, named after c10's fp8*_from_fp32_value. Returns the codes, one per lane.
-template <typename F>
-inline __m256i fp8_encode_avx2(const __m256& x) {
-  const auto k = [](uint32_t v) { return _mm256_set1_epi32(static_cast<int32_t>(v)); };
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i sign = _mm256_and_si256(bits, k(0x80000000u));
-  const __m256i a = _mm256_xor_si256(bits, sign);  // |x|, < 2^31: signed compares are exact
-  // normal: rebias the exponent and round the mantissa to nearest even
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, F::kShift), k(1));
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(a, k(F::kRebias + (1u << (F::kShift - 1)) - 1)), odd), F::kShift);
-  if (F::kSaturateCarry) r = _mm256_min_epi32(r, k(F::kOverflow));
-  // subnormal: the float add aligns the mantissa (and rounds) for us
-  const __m256i den = _mm256_sub_epi32(
-      _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(k(F::kDenormMask)))),
-      k(F::kDenormMask));
-  r = _mm256_blendv_epi8(r, den, _mm256_cmpgt_epi32(k(F::kMinNormal), a));
-  r = _mm256_blendv_epi8(r, k(F::kOverflow), _mm256_cmpgt_epi32(a, k(F::kMaxBits - 1)));
-  r = _mm256_blendv_epi8(r, k(0x7F), _mm256_cmpgt_epi32(a, k(0x7F800000u)));  // NaN
-  return _mm256_or_si256(r, _mm256_srli_epi32(sign, 24));
-}
-
-// 16 int32 lanes holding bytes -> 16 bytes, in order.
-inline __m128i pack_bytes_avx2(const __m256i& lo, const __m256i& hi) {
-  const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
-  return _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-}
-#endif
 
 template <typename T>
 struct Fp8Codec;
@@ -110,12 +83,6 @@ template <>
 struct Fp8Codec<c10::Float8_e4m3fn> {
   static float to_float(uint8_t x) { return c10::detail::fp8e4m3fn_to_fp32_value(x); }
   static uint8_t from_float(float x) { return c10::detail::fp8e4m3fn_from_fp32_value(x); }
-  // c10's constants: 448 (max), 2^-6 (min normal), rebias 7 - 127, 3 mantissa bits;
-  // overflow saturates to 448 (0x7E), also when rounding carries into NaN's code.
-  static constexpr int kShift = 20;
-  static constexpr uint32_t kMaxBits = 1087u << 20, kMinNormal = 121u << 23, kDenormMask = 141u << 23,
-                            kRebias = static_cast<uint32_t>(7 - 127) << 23, kOverflow = 0x7E;
-  static constexpr bool kSaturateCarry = true;
 #if defined(CPU_CAPABILITY_AVX512)
   // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
   // and branches): S EEEE MMM placed as float16 S 0EEEE MMM0000000 is the same
@@ -131,41 +98,20 @@ struct Fp8Codec<c10::Float8_e4m3fn> {
   }
   static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e4m3(x); }
 #elif defined(CPU_CAPABILITY_AVX2)
-  // The same float16 placement as AVX512, with F16C on 8 lanes at a time.
-  static void to_float(const __m128i& x, __m256& a, __m256& b) {
-    const __m256i h = _mm256_cvtepu8_epi16(x);
-    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
-    const __m256i half = _mm256_or_si256(sign, _mm256_slli_epi16(mag, 7));
-    const __m256i nan16 = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
-    const __m256 scale = _mm256_set1_ps(256.f), qnan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
-    a = _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale), qnan,
-                         _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan16))));
-    b = _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale), qnan,
-                         _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan16, 1))));
-  }
+  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<fp8_avx2::E4M3>(x, a, b); }
+  static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<fp8_avx2::E4M3>(a, b); }
 #endif
 };
 template <>
 struct Fp8Codec<c10::Float8_e5m2> {
   static float to_float(uint8_t x) { return c10::detail::fp8e5m2_to_fp32_value(x); }
   static uint8_t from_float(float x) { return c10::detail::fp8e5m2_from_fp32_value(x); }
-  // c10's constants: 57344 (max), 2^-14 (min normal), rebias 15 - 127, 2 mantissa
-  // bits; overflow gives inf (0x7C), as in c10.
-  static constexpr int kShift = 21;
-  static constexpr uint32_t kMaxBits = 143u << 23, kMinNormal = 113u << 23, kDenormMask = 134u << 23,
-                            kRebias = static_cast<uint32_t>(15 - 127) << 23, kOverflow = 0x7C;
-  static constexpr bool kSaturateCarry = false;
 #if defined(CPU_CAPABILITY_AVX512)
   static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e5m2_fp32(x, o); }
   static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e5m2(x); }
 #elif defined(CPU_CAPABILITY_AVX2)
-  // e5m2 is the high byte of a float16: decoding is a shift and F16C.
-  static void to_float(const __m128i& x, __m256& a, __m256& b) {
-    const __m256i half = _mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8);
-    a = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
-    b = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
-  }
+  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<fp8_avx2::E5M2>(x, a, b); }
+  static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<fp8_avx2::E5M2>(a, b); }
 #endif
 };
 
@@ -210,7 +156,7 @@ struct Fp8IO {
 #if defined(CPU_CAPABILITY_AVX512)
     const __m128i codes[2] = {Codec::from_float(a), Codec::from_float(b)};
 #else
-    const __m128i codes[1] = {pack_bytes_avx2(fp8_encode_avx2<Codec>(a), fp8_encode_avx2<Codec>(b))};
+    const __m128i codes[1] = {Codec::from_float(a, b)};
 #endif
     static_assert(sizeof(codes) == kWidth, "one code per element");
     if (n == kWidth) std::memcpy(dst, codes, kWidth);  // a constant size: vector stores
