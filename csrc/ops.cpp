@@ -66,7 +66,8 @@ const std::string kAdagradArgs =
 const std::string kLamb16Args =
     "Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] exp_avg_scales, "
     "Tensor[] exp_avg_sq_scales, Tensor[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, "
-    "float weight_decay=0.0, float trust_scale=0.382, Tensor? grad_scale=None, Tensor? found_inf=None, "
+    "float weight_decay=0.0, float trust_scale=0.382, bool stochastic_rounding=True, int seed=0, "
+    "Tensor? grad_scale=None, Tensor? found_inf=None, "
     "Tensor[]? master_params=None";
 
 }  // namespace

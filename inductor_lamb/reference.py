@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
+from ._inductor.backends import TorchBackend
+from .rounding import stochastic_round, tensor_key
 from .spec import SPECS, Role
 
 __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
@@ -21,6 +23,7 @@ __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce
 # holds the C++ constants, and tests/test_lamb16_op.py checks that they agree).
 FP8_MAX = {dt: float(torch.finfo(dt).max) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 _FLT_MIN = torch.finfo(torch.float32).tiny
+_TORCH = TorchBackend()  # the integer steps of LAMB16's stochastic rounding, in plain torch
 
 
 def _reference(op: str):
@@ -152,12 +155,17 @@ def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
     return fp8_scale_of_amax(x.abs().amax() if x.numel() else x.new_zeros(()), dtype)
 
 
-def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
-    """``dtype(clamp(x * (1 / scale)))``: saturating, round to nearest even, never inf/NaN
-    for finite ``x``."""
+def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, rounding: tuple | None = None) -> Tensor:
+    """``dtype(clamp(x * (1 / scale)))``: saturating, never inf/NaN for finite ``x``;
+    round to nearest even, or with ``rounding = (key, grads, codes)`` stochastically
+    (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value)."""
     hi = FP8_MAX[dtype]
     inv = (1.0 / scale.float()).to(x.dtype)
-    return (x * inv).clamp(-hi, hi).to(dtype)
+    y = (x * inv).clamp(-hi, hi)
+    if rounding is not None:
+        key, grads, codes = rounding
+        y = stochastic_round(_TORCH, y.float(), key, grads, codes, dtype)
+    return y.to(dtype)
 
 
 def _lamb16_moments(a):
@@ -193,19 +201,26 @@ def _lamb16_apply(a, reductions) -> None:
 
     The math runs in the params' dtype; ``exp_avgs`` (float8_e4m3fn),
     ``exp_avg_sqs`` (float8_e5m2) and their 0-d float32 scales are updated in place.
+    The moments are rounded to float8 stochastically (:mod:`inductor_lamb.rounding`)
+    unless ``stochastic_rounding`` is False.
     """
     lr = a.lr
-    rows = list(zip(_lamb16_moments(a), a.exp_avgs, a.exp_avg_sqs, a.exp_avg_scales, a.exp_avg_sq_scales,
-                    *reductions))
-    for (p, m, v, u), m8, v8, sm, sv, p_sq, u_sq, m_amax, v_amax in rows:
+    rows = list(zip(_lamb16_moments(a), a.grads, a.steps, a.exp_avgs, a.exp_avg_sqs, a.exp_avg_scales,
+                    a.exp_avg_sq_scales, *reductions))
+    for (p, m, v, u), g, step, m8, v8, sm, sv, p_sq, u_sq, m_amax, v_amax in rows:
         p_norm, u_norm = p_sq.sqrt().to(p.dtype), u_sq.sqrt().to(p.dtype)
         ratio = (p_norm / u_norm * 1e-3 / lr).pow(a.trust_scale).clamp(0.0, 2.0)
         ratio = torch.where((p_norm > 0) & (u_norm > 0), ratio, torch.ones_like(ratio))
         p.sub_(lr * ratio * u)
         sm.copy_(fp8_scale_of_amax(m_amax, m8.dtype))
         sv.copy_(fp8_scale_of_amax(v_amax, v8.dtype))
-        m8.copy_(fp8_encode(m, sm, m8.dtype))
-        v8.copy_(fp8_encode(v, sv, v8.dtype))
+        key = tensor_key(_TORCH, a.seed, step) if a.stochastic_rounding else None
+        if key is not None:  # the hash reads the float32 grads / grad_scale the kernels compute
+            g = g.float() if a.grad_scale is None else g.float() * (1.0 / a.grad_scale.float())
+        m_new = fp8_encode(m, sm, m8.dtype, None if key is None else (key, g, m8))
+        v_new = fp8_encode(v, sv, v8.dtype, None if key is None else (key, g, v8))
+        m8.copy_(m_new)
+        v8.copy_(v_new)
 
 
 lamb16_step, lamb16_reduce, lamb16_apply = _two_phase("lamb16_step_", _lamb16_reduce, _lamb16_apply)

@@ -52,6 +52,7 @@ class Role(Enum):
     OPT_TENSOR = "opt_tensor"  # optional one-element float32 tensor (grad_scale, found_inf)
     FLOAT = "float"
     BOOL = "bool"
+    INT = "int"              # any int64
     FLOATS = "floats"        # one float for every param, or one per param
     BOOLS = "bools"          # none, one for every param, or one per param
     REDUCTIONS = "reductions"  # an apply op's input: float32 [n, k], the reduce op's (all-reduced) output
@@ -86,7 +87,7 @@ class Arg:
             Role.PARAMS: "Sequence[Tensor]", Role.GRADS: "Sequence[Tensor]", Role.STATE: "Sequence[Tensor]",
             Role.SCALARS: "Sequence[Tensor]", Role.MASTER: "Sequence[Tensor] | None",
             Role.TENSOR: "Tensor | float", Role.OPT_TENSOR: "Tensor | None", Role.FLOAT: "float",
-            Role.BOOL: "bool", Role.FLOATS: "float | Sequence[float]", Role.BOOLS: "bool | Sequence[bool]",
+            Role.BOOL: "bool", Role.INT: "int", Role.FLOATS: "float | Sequence[float]", Role.BOOLS: "bool | Sequence[bool]",
             Role.REDUCTIONS: "Tensor",
         }[self.role]
 
@@ -286,6 +287,10 @@ LAMB16 = OpSpec("lamb16_step_", (
     Arg("eps", Role.FLOAT, 1e-06, doc="added to sqrt(v)"),
     Arg("weight_decay", Role.FLOAT, 0.0, doc="decoupled weight decay inside the update u"),
     Arg("trust_scale", Role.FLOAT, 0.382, doc="exponent of the lr-rescaled trust ratio (0: no adaptation)"),
+    Arg("stochastic_rounding", Role.BOOL, True,
+        doc="round m, v to float8 stochastically (unbiased: no drift of the moments); False: to nearest even"),
+    Arg("seed", Role.INT, 0, doc="seed of the rounding's random bits, which hash (seed, step, grad, stored code) "
+                                 "per element: the same on every backend, shard and thread count"),
     *_common_tail(),
 ), "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.", "lamb16_step",
     (Reduction("p_sumsq", "sum", "||p||^2"), Reduction("u_sumsq", "sum", "||u||^2"),

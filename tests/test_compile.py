@@ -348,8 +348,11 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     assert float(opt_c.param_groups[0]["lr"]) == pytest.approx(kw["lr"] * 0.8**5)
     for p, q in zip(model_c.parameters(), model_e.parameters()):
         # relative in norm: compiled forward/backward round differently from eager
-        # (element-wise relative error is meaningless for entries near 0)
-        assert ((p - q).norm() / q.norm()).item() <= 1e-6
+        # (element-wise relative error is meaningless for entries near 0). Lamb16:
+        # a last-bit difference of a grad can move a float8 code by one step (a
+        # value at a rounding threshold, or a grad whose bfloat16 truncation the
+        # stochastic rounding hashes), which moves one element by ~lr * 12% * |u|.
+        assert ((p - q).norm() / q.norm()).item() <= (1e-4 if cls is Lamb16 else 1e-6)
     for p in model_c.parameters():
         assert ("step" not in opt_c.state[p]) if cls is Lars else float(opt_c.state[p]["step"]) == 5.0
 

@@ -33,7 +33,7 @@ def test_spec_matches_registered_schema(name):
         expected = {Role.PARAMS: "List[Tensor]", Role.GRADS: "List[Tensor]", Role.STATE: "List[Tensor]",
                     Role.SCALARS: "List[Tensor]", Role.MASTER: "Optional[List[Tensor]]",
                     Role.OPT_TENSOR: "Optional[Tensor]", Role.FLOAT: "float", Role.BOOL: "bool",
-                    Role.FLOATS: "List[float]", Role.BOOLS: "List[bool]", Role.REDUCTIONS: "Tensor"}[a.role]
+                    Role.INT: "int", Role.FLOATS: "List[float]", Role.BOOLS: "List[bool]", Role.REDUCTIONS: "Tensor"}[a.role]
         assert str(s.type) == expected, a.name
         assert (s.alias_info is not None and s.alias_info.is_write) == (a.name in spec.mutates), a.name
     assert [str(r.type) for r in schema.returns] == (["Tensor"] if spec.phase == "reduce" else [])

@@ -12,6 +12,8 @@ struct Hyper {
   const float* beta1;  // scheduled: 0-d float32 tensors on the op's device
   const float* beta2;
   double eps, weight_decay, trust_scale;
+  bool stochastic_rounding;  // encode m, v with common/rounding.h (else round to nearest even)
+  int64_t seed;              // of the rounding's random bits
 };
 
 // Per tensor: ||p||^2, ||u||^2 (sums over shards), amax |m|, amax v (maxima over shards).

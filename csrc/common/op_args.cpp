@@ -142,7 +142,9 @@ Checked<lamb16::Hyper> check_lamb16(const char* op, const at::Device& device, LA
   check_scalars(chk, "steps", steps, params.size(), device);
   check_tensors(chk, {{"lr", &lr}, {"beta1", &beta1_t}, {"beta2", &beta2_t}}, grad_scale, found_inf, device);
   nonnegative(chk, {{"eps", eps}, {"weight_decay", weight_decay}, {"trust_scale", trust_scale}});
-  return {std::move(lists), {beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, trust_scale}};
+  return {std::move(lists),
+          {beta1_t.data_ptr<float>(), beta2_t.data_ptr<float>(), eps, weight_decay, trust_scale, stochastic_rounding,
+           seed}};
 }
 
 Checked<lars::Hyper> check_lars(const char* op, const at::Device& device, LARS_LISTS, LARS_HYPERS) {

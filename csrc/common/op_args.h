@@ -78,11 +78,11 @@ struct Checked {
       at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales, at::TensorList steps
 #define LAMB16_HYPERS                                                                                       \
   const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
-      double trust_scale, const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf, \
-      std::optional<at::TensorList> master_params
+      double trust_scale, bool stochastic_rounding, int64_t seed, const std::optional<at::Tensor>&grad_scale,    \
+      const std::optional<at::Tensor>&found_inf, std::optional<at::TensorList> master_params
 #define LAMB16_ARGS                                                                                          \
   params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1_t, beta2_t, eps, \
-      weight_decay, trust_scale, grad_scale, found_inf, master_params
+      weight_decay, trust_scale, stochastic_rounding, seed, grad_scale, found_inf, master_params
 #define LARS_LISTS at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers
 #define LARS_HYPERS                                                                                           \
   const at::Tensor &lr, const at::Tensor &momentum_t, double lars_coeff, double eps, double rescale_grad,     \

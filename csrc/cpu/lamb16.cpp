@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "cpu/engine.h"
+#include "common/rounding.h"
 #include "cpu/lamb16.h"
 
 namespace inductor_lamb::cpu {
@@ -25,7 +26,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
         new_m_scales_(c_.n),
         new_v_scales_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb16::consts(c_.hyper), c_.inv_grad_scale(),
-              nullptr, nullptr} {
+              c_.hyper.stochastic_rounding, nullptr, nullptr} {
     for (size_t i = 0; i < c_.n; ++i) {  // the scales of the start of the step (apply overwrites them last)
       coeffs_[i].beta1_scale = lamb16::beta_scale(c_.hyper.beta1, m_scales_[i].item<float>());
       coeffs_[i].beta2_scale = lamb16::beta_scale(c_.hyper.beta2, v_scales_[i].item<float>());
@@ -61,6 +62,8 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
       coeffs_[i].inv_m_scale = 1.f / new_m_scales_[i];
       coeffs_[i].inv_v_scale = 1.f / new_v_scales_[i];
       coeffs_[i].step_size = lamb16::step_size(c_.hyper, lr_, x[0], x[1]);
+      if (c_.hyper.stochastic_rounding)  // this step's count (reduce incremented it)
+        coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }
     args_.chunks = c_.chunk_span(b);
     kernels().pass2(args_);

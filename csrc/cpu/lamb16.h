@@ -13,6 +13,7 @@ struct Lamb16Coeffs {
   float inv_m_scale;    // 1 / new m scale (pass 2)
   float inv_v_scale;    // 1 / new v scale (pass 2)
   float step_size;      // lr * trust ratio (pass 2)
+  uint32_t round_key;   // rounding::tensor_key(seed, step) (pass 2, stochastic rounding)
 };
 
 struct Lamb16Args {
@@ -21,6 +22,7 @@ struct Lamb16Args {
   ChunkSpan chunks;
   lamb16::Consts consts;
   float grad_mul;       // 1 / grad_scale
+  bool stochastic_rounding;  // pass 2 rounds m, v stochastically (else to nearest even)
   double* sums;         // pass 1: [chunk][||p||^2, ||u||^2]
   double* maxes;        // pass 1: [chunk][max |m|, max v]
 };

@@ -2,7 +2,8 @@
 // common/lamb16.h. Two passes at the 26 bytes/param floor: pass 1 reads p, g,
 // m8, v8 and reduces ||p||, ||u||, amax |m|, amax v (the new scales need the
 // whole tensor); pass 2 re-reads them, recomputes m, v, u, writes p and stores
-// m, v in float8 with the new scales.
+// m, v in float8 with the new scales, rounded stochastically by default
+// (common/rounding.h).
 #include "cpu/lamb16.h"
 #include "cpu/vec_engine.h"
 
@@ -17,14 +18,15 @@ using Elem = lamb16::Elem<fVec>;
 // The per-element work both passes share: new m, v (float32) and u.
 template <typename T>
 struct Lamb16Row {
-  F2 p, m, v, u;
+  F2 g, p, m, v, u;  // g: the grads divided by grad_scale (the rounding hashes their bits)
   inline Lamb16Row(const TensorPtrs& t, const Elem& e, const fVec& grad_mul, int64_t i, int64_t n) {
-    const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
+    g = load2(static_cast<const T*>(t.grad) + i, n);
+    g = {g.a * grad_mul, g.b * grad_mul};
     p = load_param(static_cast<const T*>(t.param), t.master, i, n);
     m = load2(static_cast<const M8*>(t.state[0]) + i, n);
     v = load2(static_cast<const V8*>(t.state[1]) + i, n);
-    e.moments(g.a * grad_mul, m.a, v.a);
-    e.moments(g.b * grad_mul, m.b, v.b);
+    e.moments(g.a, m.a, v.a);
+    e.moments(g.b, m.b, v.b);
     u = {e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)};
   }
 };
@@ -64,8 +66,14 @@ void pass2(const Lamb16Args& args) {
       r.p.a = r.p.a - step_size * r.u.a;
       r.p.b = r.p.b - step_size * r.u.b;
       store_param(param, t.master, i, n, r.p);
-      store2(static_cast<M8*>(t.state[0]) + i, n, F2{e.m_code(r.m.a), e.m_code(r.m.b)});
-      store2(static_cast<V8*>(t.state[1]) + i, n, F2{e.v_code(r.v.a), e.v_code(r.v.b)});
+      M8* m8 = static_cast<M8*>(t.state[0]) + i;
+      V8* v8 = static_cast<V8*>(t.state[1]) + i;
+      F2 m{e.m_code(r.m.a), e.m_code(r.m.b)}, v{e.v_code(r.v.a), e.v_code(r.v.b)};
+      if (args.stochastic_rounding)  // reads the bytes the stores below overwrite
+        stochastic_round_moments(k.round_key, r.g, reinterpret_cast<const uint8_t*>(m8),
+                                 reinterpret_cast<const uint8_t*>(v8), n, m, v);
+      store2(m8, n, m);
+      store2(v8, n, v);
     });
   });
 }

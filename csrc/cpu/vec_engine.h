@@ -20,6 +20,7 @@
 #include <limits>
 #include <tuple>
 
+#include "common/rounding.h"
 #include "cpu/types.h"
 #if defined(CPU_CAPABILITY_AVX2)
 #include "cpu/fp8_avx2.h"
@@ -309,6 +310,103 @@ struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
 
 namespace inductor_lamb::cpu {
 inline namespace CPU_CAPABILITY {
+
+// ---- LAMB16's stochastic rounding (common/rounding.h) on the vector lanes ----
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX512)
+using IReg = __m512i;
+inline IReg i_set1(uint32_t c) { return _mm512_set1_epi32(static_cast<int>(c)); }
+inline IReg i_xor(IReg a, IReg b) { return _mm512_xor_si512(a, b); }
+inline IReg i_and(IReg a, IReg b) { return _mm512_and_si512(a, b); }
+inline IReg i_or(IReg a, IReg b) { return _mm512_or_si512(a, b); }
+inline IReg i_add(IReg a, IReg b) { return _mm512_add_epi32(a, b); }
+inline IReg i_mul(IReg a, IReg b) { return _mm512_mullo_epi32(a, b); }
+inline IReg i_srl(IReg a, int k) { return _mm512_srli_epi32(a, k); }
+inline IReg i_sll(IReg a, int k) { return _mm512_slli_epi32(a, k); }
+#else
+using IReg = __m256i;
+inline IReg i_set1(uint32_t c) { return _mm256_set1_epi32(static_cast<int>(c)); }
+inline IReg i_xor(IReg a, IReg b) { return _mm256_xor_si256(a, b); }
+inline IReg i_and(IReg a, IReg b) { return _mm256_and_si256(a, b); }
+inline IReg i_or(IReg a, IReg b) { return _mm256_or_si256(a, b); }
+inline IReg i_add(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
+inline IReg i_mul(IReg a, IReg b) { return _mm256_mullo_epi32(a, b); }
+inline IReg i_srl(IReg a, int k) { return _mm256_srli_epi32(a, k); }
+inline IReg i_sll(IReg a, int k) { return _mm256_slli_epi32(a, k); }
+#endif
+// uint32 lanes with the operators the shared rounding math uses.
+struct U32Vec {
+  IReg v;
+  U32Vec(IReg x) : v(x) {}
+  explicit U32Vec(uint32_t c) : v(i_set1(c)) {}
+  friend U32Vec operator^(U32Vec a, U32Vec b) { return i_xor(a.v, b.v); }
+  friend U32Vec operator&(U32Vec a, U32Vec b) { return i_and(a.v, b.v); }
+  friend U32Vec operator|(U32Vec a, U32Vec b) { return i_or(a.v, b.v); }
+  friend U32Vec operator+(U32Vec a, U32Vec b) { return i_add(a.v, b.v); }
+  friend U32Vec operator*(U32Vec a, uint32_t c) { return i_mul(a.v, i_set1(c)); }
+  friend U32Vec operator>>(U32Vec a, int k) { return i_srl(a.v, k); }
+  friend U32Vec operator<<(U32Vec a, int k) { return i_sll(a.v, k); }
+};
+struct VecLanes {
+  using F = fVec;
+  using U = U32Vec;
+#if defined(CPU_CAPABILITY_AVX512)
+  static U as_bits(const F& x) { return _mm512_castps_si512(x); }
+  static F as_float(const U& u) { return _mm512_castsi512_ps(u.v); }
+  static U less_than(const U& a, const U& b) {  // signed compare: both below 2^31
+    return _mm512_maskz_set1_epi32(_mm512_cmplt_epi32_mask(a.v, b.v), -1);
+  }
+  static U select(const U& mask, const U& a, const U& b) { return _mm512_ternarylogic_epi32(mask.v, a.v, b.v, 0xCA); }
+  // the stored bytes of kWidth / 2 elements, widened to uint32 lanes
+  static U widen(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#else
+  static U as_bits(const F& x) { return _mm256_castps_si256(x); }
+  static F as_float(const U& u) { return _mm256_castsi256_ps(u.v); }
+  static U less_than(const U& a, const U& b) { return _mm256_cmpgt_epi32(b.v, a.v); }  // both below 2^31
+  static U select(const U& mask, const U& a, const U& b) { return _mm256_blendv_epi8(b.v, a.v, mask.v); }
+  static U widen(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+#endif
+};
+#endif
+
+// LAMB16's stochastic rounding of one loop step (n <= kWidth elements): m and v
+// (clamped, scaled by the new scales) rounded onto the float8 grids, with random
+// bits from (key, the grads g divided by grad_scale, the stored bytes m8 / v8
+// before the step).
+inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m8, const uint8_t* v8, int64_t n,
+                                     F2& m, F2& v) {
+  using namespace rounding;
+  uint8_t tail[2][kWidth];  // a tail's bytes, zeros past n
+  const uint8_t *mb = m8, *vb = v8;
+  if (n < kWidth) {
+    std::memset(tail, 0, sizeof(tail));
+    std::memcpy(tail[0], m8, n);
+    std::memcpy(tail[1], v8, n);
+    mb = tail[0], vb = tail[1];
+  }
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  constexpr int64_t W = fVec::size();
+  const auto half = [&](const fVec& gh, int64_t off, fVec& mh, fVec& vh) {
+    const U32Vec gb = VecLanes::as_bits(gh);
+    mh = stochastic_round<E4M3, VecLanes>(mh, dither<E4M3>(element_hash<E4M3>(key, gb, VecLanes::widen(mb + off))));
+    vh = stochastic_round<E5M2, VecLanes>(vh, dither<E5M2>(element_hash<E5M2>(key, gb, VecLanes::widen(vb + off))));
+  };
+  half(g.a, 0, m.a, v.a);
+  half(g.b, W, m.b, v.b);
+#else
+  float gs[kWidth], ms[kWidth], vs[kWidth];
+  g.a.store(gs), g.b.store(gs + fVec::size());
+  m.a.store(ms), m.b.store(ms + fVec::size());
+  v.a.store(vs), v.b.store(vs + fVec::size());
+  for (int64_t k = 0; k < n; ++k) {
+    const uint32_t gb = ScalarLanes::as_bits(gs[k]);
+    ms[k] = stochastic_round<E4M3, ScalarLanes>(ms[k], dither<E4M3>(element_hash<E4M3>(key, gb, uint32_t(mb[k]))));
+    vs[k] = stochastic_round<E5M2, ScalarLanes>(vs[k], dither<E5M2>(element_hash<E5M2>(key, gb, uint32_t(vb[k]))));
+  }
+  m = {fVec::loadu(ms), fVec::loadu(ms + fVec::size())};
+  v = {fVec::loadu(vs), fVec::loadu(vs + fVec::size())};
+#endif
+}
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).

@@ -4,7 +4,9 @@
 // totals them into the reductions and increments the step. apply: one thread
 // per tensor computes the trust ratio and the new scales from the reductions,
 // folds the old scales into coefficients and only then overwrites them; pass 2
-// recomputes m, v, u, writes p and stores m, v in float8 (26 bytes/param).
+// recomputes m, v, u, writes p and stores m, v in float8 (26 bytes/param),
+// rounded stochastically by default.
+#include "common/rounding.h"
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -14,12 +16,17 @@ using Elem = lamb16::Elem<float>;
 enum { kBeta1Scale = 0, kBeta2Scale = 1, kStepSize = 2, kInvMScale = 3, kInvVScale = 4 };
 
 // float8 codes of the state lists: decode exactly; encode rounding to nearest
-// even (the values are saturated first, as on CPU; __NV_SATFINITE keeps NaN).
+// even (the values are saturated first, as on CPU, and by default already on the
+// float8 grid: common/rounding.h; __NV_SATFINITE keeps NaN).
 __device__ __forceinline__ float m8(const TensorMeta& t, int64_t i) {
   return float(static_cast<const __nv_fp8_e4m3*>(t.state[0])[i]);
 }
 __device__ __forceinline__ float v8(const TensorMeta& t, int64_t i) {
   return float(static_cast<const __nv_fp8_e5m2*>(t.state[1])[i]);
+}
+// The stored byte of state list k (hashed by the stochastic rounding).
+__device__ __forceinline__ uint32_t code_of(const TensorMeta& t, int k, int64_t i) {
+  return static_cast<const uint8_t*>(t.state[k])[i];
 }
 __device__ __forceinline__ void store_codes(const TensorMeta& t, int64_t i, float m_code, float v_code) {
   static_cast<__nv_fp8_e4m3*>(t.state[0])[i].__x = __nv_cvt_float_to_fp8(m_code, __NV_SATFINITE, __NV_E4M3);
@@ -73,12 +80,21 @@ __global__ void pass2(Launch l, lamb16::Hyper h) {
   const float* k = l.coeffs + c.tensor * kCoeffs;
   const Elem e(lamb16::consts(h), k[kBeta1Scale], k[kBeta2Scale], k[kInvMScale], k[kInvVScale]);
   const float mul = grad_multiplier(l, false), step_size = k[kStepSize];
+  const uint32_t key = h.stochastic_rounding ? rounding::tensor_key(h.seed, *t.step) : 0u;  // steps: incremented
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i);
+    const float p = load_param(t, i), g = load_grad(t, i, mul);
+    const uint32_t m_old = code_of(t, 0, i), v_old = code_of(t, 1, i);  // before store_codes overwrites them
     float m = m8(t, i), v = v8(t, i);
-    e.moments(load_grad(t, i, mul), m, v);
+    e.moments(g, m, v);
     store_param(t, i, p - step_size * e.update(p, m, v));
-    store_codes(t, i, e.m_code(m), e.v_code(v));
+    float m_code = e.m_code(m), v_code = e.v_code(v);
+    if (h.stochastic_rounding) {
+      using namespace rounding;
+      const uint32_t g_bits = ScalarLanes::as_bits(g);
+      m_code = stochastic_round<E4M3, ScalarLanes>(m_code, dither<E4M3>(element_hash<E4M3>(key, g_bits, m_old)));
+      v_code = stochastic_round<E5M2, ScalarLanes>(v_code, dither<E5M2>(element_hash<E5M2>(key, g_bits, v_old)));
+    }
+    store_codes(t, i, m_code, v_code);
   }
 }
 

@@ -64,6 +64,36 @@ class Backend:
 
     def one_minus(self, a): return self.add(self.mul(a, -1.0), 1.0)
 
+    # Integer math for LAMB16's stochastic rounding (inductor_lamb/rounding.py):
+    # int64 values holding uint32 ones; the second operand of the binary ops may be
+    # a Python int.
+    def bits(self, a):
+        """float32 -> its bit pattern as an int64 in [0, 2^32)."""
+        return _zip_map(self._bits, a)
+    def from_bits(self, a):
+        """``bits``' inverse."""
+        return _zip_map(self._from_bits, a)
+    def code(self, a):
+        """float8 -> its stored byte as an int64."""
+        return _zip_map(self._code, a)
+    def to_int(self, a):
+        """float -> int64, truncated."""
+        return _zip_map(self._to_int, a)
+    def bxor(self, a, b): return _zip_map(self._bxor, a, b)
+    def band(self, a, b): return _zip_map(self._band, a, b)
+    def bor(self, a, b): return _zip_map(self._bor, a, b)
+    def shr(self, a, k: int): return _zip_map(lambda x: self._shr(x, k), a)
+    def shl(self, a, k: int): return _zip_map(lambda x: self._band(self._shl(x, k), 0xFFFFFFFF), a)
+    def umul(self, a, c: int):
+        """``a * c mod 2^32`` (|c| < 2^31: no int64 overflow)."""
+        return _zip_map(lambda x: self._band(self._mul(x, c), 0xFFFFFFFF), a)
+    def less_than(self, a, c: int):
+        """``a < c`` (bool)."""
+        return _zip_map(lambda x: self._less_than(x, c), a)
+    def select(self, mask, a, b):
+        """``a`` where ``mask``, else ``b`` (tensors)."""
+        return _zip_map(self._select, mask, a, b)
+
     def scalar(self, a):
         """Marks per-tensor scalar math (beta powers, trust ratios) to be computed
         once, not inside every element loop that uses it."""
@@ -113,6 +143,26 @@ class IRBackend(Backend):
     def _sumsq(self, a): return self.lw[aten.sum.default](self._mul(a, a))
     def _pow(self, a, e): return self.lw[aten.pow.Tensor_Scalar](a, e)
     def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
+
+    def _bits(self, a):
+        return self._band(self.L.to_dtype(self.lw[aten.view.dtype](a, torch.int32), torch.int64), 0xFFFFFFFF)
+    def _from_bits(self, a):
+        signed = self._sub(a, self._shl(self._shr(a, 31), 32))  # [-2^31, 2^31): an exact int32
+        return self.lw[aten.view.dtype](self.L.to_dtype(signed, torch.int32), torch.float32)
+    def _code(self, a): return self.L.to_dtype(self.lw[aten.view.dtype](a, torch.uint8), torch.int64)
+    def _to_int(self, a): return self.L.to_dtype(a, torch.int64)
+    def _bxor(self, a, b): return self.lw[aten.bitwise_xor.Tensor](a, self._int_like(b, a))
+    def _band(self, a, b): return self.lw[aten.bitwise_and.Tensor](a, self._int_like(b, a))
+    def _bor(self, a, b): return self.lw[aten.bitwise_or.Tensor](a, self._int_like(b, a))
+    def _shr(self, a, k): return self.lw[aten.bitwise_right_shift.Tensor](a, self._int_like(k, a))
+    def _shl(self, a, k): return self.lw[aten.bitwise_left_shift.Tensor](a, self._int_like(k, a))
+    def _less_than(self, a, c): return self.lw[aten.lt.Scalar](a, c)
+    def _select(self, mask, a, b): return self.lw[aten.where.self](mask, a, b)
+
+    def _int_like(self, x, like):
+        if isinstance(x, int):
+            return self.L.full_like(like, x)
+        return x
 
     def _absmax(self, a):
         if a.get_numel() == 0:
@@ -204,6 +254,19 @@ class TorchBackend(Backend):
 
     def _where_positive(self, a, b, then, otherwise):
         return torch.where((a > 0) & (b > 0), then, otherwise)
+
+    def _bits(self, a): return a.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    def _from_bits(self, a): return (a - ((a >> 31) << 32)).to(torch.int32).view(torch.float32)
+    def _code(self, a): return a.view(torch.uint8).to(torch.int64)
+    def _to_int(self, a): return a.to(torch.int64)
+    def _mul(self, a, b): return a * b
+    def _bxor(self, a, b): return a ^ b
+    def _band(self, a, b): return a & b
+    def _bor(self, a, b): return a | b
+    def _shr(self, a, k): return a >> k
+    def _shl(self, a, k): return a << k
+    def _less_than(self, a, c): return a < c
+    def _select(self, mask, a, b): return torch.where(mask, a, b)
 
     def pack(self, columns, like, k):
         if not columns or not columns[0]:

@@ -51,7 +51,8 @@ def _sources_hash() -> str:
     """Hash of the files that generate the IR: an edit changes the key even if
     nobody bumps LOWERING_VERSION."""
     digest = hashlib.sha256()
-    for path in [*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parents[1] / "spec.py"]:
+    for path in [*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parents[1] / "spec.py",
+                 Path(__file__).parents[1] / "rounding.py"]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

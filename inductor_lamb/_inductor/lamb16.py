@@ -5,7 +5,8 @@ then apply).
 IR shape: pass 1 reduces ||p||^2, ||u||^2, amax |m|, amax v per tensor (reading
 p, g, m8, v8); the trust ratios and new scales are 0-d buffers; pass 2
 recomputes m, v, u from the same inputs, writes p and stores m, v in float8
-with the new scales (the 26 bytes/param of the CPU kernel). The old scales are
+with the new scales (the 26 bytes/param of the CPU kernel), rounded
+stochastically by default (``inductor_lamb/rounding.py``). The old scales are
 folded into ``beta * scale`` buffers before anything is written, and the scales
 are assigned last, so every read sees the values of the start of the step.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from ..reference import FP8_MAX
+from ..rounding import stochastic_round, tensor_key
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
@@ -25,8 +27,9 @@ _M_MAX = FP8_MAX[torch.float8_e4m3fn]
 _V_MAX = FP8_MAX[torch.float8_e5m2]
 
 
-def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-    """This step's float32 p, m, v, u from the stored float8 moments and the old scales."""
+def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Any]]:
+    """This step's float32 g (divided by grad_scale), p, m, v, u from the stored
+    float8 moments and the old scales."""
     g = scaled_grads(B, a.grads, a.grad_scale)
     beta1_scale = B.scalar(B.mul(a.exp_avg_scales, a.beta1))
     beta2_scale = B.scalar(B.mul(a.exp_avg_sq_scales, a.beta2))
@@ -37,19 +40,19 @@ def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list
     u = B.div(m, B.add(B.sqrt(v), a.eps))
     if a.weight_decay != 0:
         u = B.add(u, B.mul(p, a.weight_decay))
-    return p, m, v, u
+    return g, p, m, v, u
 
 
 def lamb16_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
     """Pass 1 (writes only the steps): [||p||^2, ||u||^2, amax |m|, amax v] per tensor."""
     increment_steps(B, a.steps)
-    p, m, v, u = _moments(B, a)
+    _, p, m, v, u = _moments(B, a)
     return [B.sumsq(p), B.sumsq(u), B.absmax(m), B.absmax(v)]
 
 
 def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
     """Pass 2: p, m8, v8 and the scales written, from the reductions."""
-    p, m, v, u = _moments(B, a)
+    g, p, m, v, u = _moments(B, a)
     # r = clamp((||p|| / ||u|| * 1e-3 / lr) ** trust_scale, 0, 2), 1 when a norm is 0
     p_norm, u_norm = B.sqrt(reductions[0]), B.sqrt(reductions[1])
     scaled = B.pow(B.mul(B.div(B.div(p_norm, u_norm), a.lr), 1e-3), a.trust_scale)
@@ -60,8 +63,15 @@ def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) ->
     v_scale = B.scalar(B.maximum(B.div(reductions[3], _V_MAX), _FLT_MIN))
     inv_m_scale, inv_v_scale = B.scalar(B.reciprocal(m_scale)), B.scalar(B.reciprocal(v_scale))
 
+    m_new = B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX)
+    v_new = B.minimum(B.mul(v, inv_v_scale), _V_MAX)
+    if a.stochastic_rounding:  # each hashes its own stored code: read before its assign
+        key = tensor_key(B, a.seed, a.steps)
+        m_new = stochastic_round(B, m_new, key, g, a.exp_avgs, torch.float8_e4m3fn)
+        v_new = stochastic_round(B, v_new, key, g, a.exp_avg_sqs, torch.float8_e5m2)
+
     assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))
-    B.assign(a.exp_avgs, B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX))
-    B.assign(a.exp_avg_sqs, B.minimum(B.mul(v, inv_v_scale), _V_MAX))
+    B.assign(a.exp_avgs, m_new)
+    B.assign(a.exp_avg_sqs, v_new)
     B.assign(a.exp_avg_scales, m_scale)
     B.assign(a.exp_avg_sq_scales, v_scale)

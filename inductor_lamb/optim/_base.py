@@ -175,6 +175,9 @@ class FusedOptimizer(Optimizer):
     # Hyper-parameters torch's schedulers change per step, with their validators:
     # 0-d tensors in every param group (ParamGroup), read by the compiled step.
     _scheduled: dict[str, Callable[[Any], None]] = {"lr": check_lr}
+    # Options added after 0.1.0 and the values that reproduce what a checkpoint
+    # without them did; other missing options take this optimizer's defaults.
+    _options_before_they_existed: dict[str, Any] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -221,6 +224,9 @@ class FusedOptimizer(Optimizer):
         groups = state.pop("param_groups", None)
         super().__setstate__(state)
         if groups is not None:
+            for group in groups:  # options added after a checkpoint was written
+                for key, value in {**self.defaults, **self._options_before_they_existed}.items():
+                    group.setdefault(key, value)
             self.param_groups = groups
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -463,7 +469,7 @@ class FusedOptimizer(Optimizer):
             values["beta1"], values["beta2"] = group["betas"]
         out = {}
         for a in self._op.args:
-            if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.FLOATS, Role.BOOLS):
+            if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
                 v = values[a.name]
                 # (a float written into the group that no eager read synced yet: the wrapper
                 # makes it a tensor; a compiled step then specializes on it)

@@ -1,0 +1,129 @@
+#pragma once
+// LAMB16's stochastic rounding to float8 (DESIGN.md, CONTRIBUTING.md), once for
+// every backend: the CUDA kernels and the host use it on float / uint32_t, the
+// CPU kernels on vectors (cpu/vec_engine.h gives the lane type, which must have
+// the uint32 operators used below; shifts are logical, products wrap mod 2^32).
+// The Inductor lowering, the decomposition and the reference write the same
+// integer steps in torch (inductor_lamb/rounding.py); tests hold them to the same
+// bits.
+//
+// Random bits: a 32-bit hash per element and moment of (seed, step, the float32
+// bits of the gradient divided by grad_scale, i.e. float32 g * (1.f / grad_scale),
+// the moment's stored code before the step), so the
+// rounding of an element depends only on its own inputs: not on its position,
+// the list it sits in, the shard it lives on, the thread count or the backend.
+// (Each moment hashes its own code only: the compiled step writes m8 before it
+// computes v8, and must not read the new m8 there.) The high 16 bits dither.
+//
+// Rounding: a float32 |x| on the float8 grid's normal range keeps the top
+// 23 - kDrop mantissa bits of |x| + dither (dither uniform below the dropped
+// bits): the larger neighbour comes with probability (|x| - lower) / spacing.
+// Below the smallest normal (float8 subnormals, spacing 2^(Emin - mantissa bits),
+// the spacing at 2^Emin too) the same is done to |x| + 2^Emin, then 2^Emin is
+// taken off again. The result is on the float8 grid, so the encoder's round to
+// nearest even keeps it. Non-finite values pass through.
+#include <stdint.h>
+
+#include "common/math.h"
+
+namespace inductor_lamb::rounding {
+
+constexpr uint32_t kMix1 = 0x7feb352du, kMix2 = 0x846ca68bu;  // "lowbias32" (C. Wellons)
+constexpr uint32_t kCodeMul = 0x9e3779b9u;                   // spreads a code over 32 bits
+
+// The float8 grids of LAMB16's moments: kDrop float32 mantissa bits are dropped
+// in the normal range; kMinNormalBits is 2^Emin's float32 bit pattern.
+struct E4M3 {
+  static constexpr int kDrop = 20;                   // 3 mantissa bits
+  static constexpr uint32_t kMinNormalBits = 0x3c800000u;  // 2^-6
+  static constexpr uint32_t kCodeTag = 0;            // m's code as it is
+};
+struct E5M2 {
+  static constexpr int kDrop = 21;                   // 2 mantissa bits
+  static constexpr uint32_t kMinNormalBits = 0x38800000u;  // 2^-14
+  static constexpr uint32_t kCodeTag = 0x100u;       // v's code tagged: m and v never share bits
+};
+
+template <typename U>
+INDUCTOR_LAMB_HD U mix(U x) {
+  x = x ^ (x >> 16);
+  x = x * kMix1;
+  x = x ^ (x >> 15);
+  x = x * kMix2;
+  return x ^ (x >> 16);
+}
+
+// The per-tensor part of the hash: seed (any int64) and step (a float32 count
+// below 2^24, as the steps lists hold).
+INDUCTOR_LAMB_HD uint32_t tensor_key(int64_t seed, float step) {
+  const uint64_t s = static_cast<uint64_t>(seed);
+  return mix<uint32_t>(mix<uint32_t>(static_cast<uint32_t>(static_cast<int64_t>(step)) ^
+                                     mix<uint32_t>(static_cast<uint32_t>(s >> 32))) ^
+                       static_cast<uint32_t>(s));
+}
+
+// An element's 32 random bits for the moment stored on Grid: grad_bits the bits
+// of g * (1.f / grad_scale) in float32, code the moment's stored byte before the step.
+// The gradient enters truncated to bfloat16 (7 mantissa bits): two computations of one
+// gradient that differ in the last float32 bits (an eager and a compiled
+// backward) give different random bits for about 2^-16 of the elements per ulp,
+// not for all of them.
+constexpr uint32_t kGradMask = 0xffff0000u;
+
+template <typename Grid, typename U>
+INDUCTOR_LAMB_HD U element_hash(uint32_t key, const U& grad_bits, const U& code) {
+  return mix<U>((grad_bits & U(kGradMask)) ^ ((code | U(Grid::kCodeTag)) * kCodeMul) ^ U(key));
+}
+
+// 16 random bits of the hash as a dither below the kDrop dropped bits, centred
+// (half a step added) so that 16 bits give an unbiased rounding to 2^-17.
+template <typename Grid, typename U>
+INDUCTOR_LAMB_HD U dither(const U& hash) {
+  return ((hash >> 16) << (Grid::kDrop - 16)) + U(1u << (Grid::kDrop - 17));
+}
+
+// x (finite values within the float8 format's range; anything else passes)
+// rounded stochastically onto Grid with `dither` (from dither<Grid>). Lanes:
+// F float values, U their uint32 bits; as_bits / as_float reinterpret, and
+// select(mask, a, b) takes a where mask is all ones (masks from less_than, an
+// unsigned compare of values below 2^31).
+template <typename Grid, typename L>
+INDUCTOR_LAMB_HD typename L::F stochastic_round(const typename L::F& x, const typename L::U& dither) {
+  using U = typename L::U;
+  using F = typename L::F;
+  const U bits = L::as_bits(x);
+  const U mag = bits & U(0x7fffffffu);
+  const U subnormal = L::less_than(mag, U(Grid::kMinNormalBits));
+  const F offset = L::as_float(subnormal & U(Grid::kMinNormalBits));  // 2^Emin or +0
+  const U kept = (L::as_bits(L::as_float(mag) + offset) + dither) & U(~((1u << Grid::kDrop) - 1u));
+  const U rounded = L::as_bits(L::as_float(kept) - offset) | (bits & U(0x80000000u));
+  return L::as_float(L::select(L::less_than(mag, U(0x7f800000u)), rounded, bits));
+}
+
+// Scalar lanes: the CUDA kernels, the host and the generic CPU build.
+struct ScalarLanes {
+  using F = float;
+  using U = uint32_t;
+  static INDUCTOR_LAMB_HD U as_bits(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(x);
+#else
+    U u;
+    __builtin_memcpy(&u, &x, sizeof u);
+    return u;
+#endif
+  }
+  static INDUCTOR_LAMB_HD float as_float(U u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float x;
+    __builtin_memcpy(&x, &u, sizeof x);
+    return x;
+#endif
+  }
+  static INDUCTOR_LAMB_HD U less_than(U a, U b) { return a < b ? 0xffffffffu : 0u; }
+  static INDUCTOR_LAMB_HD U select(U mask, U a, U b) { return (mask & a) | (~mask & b); }
+};
+
+}  // namespace inductor_lamb::rounding
