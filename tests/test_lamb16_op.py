@@ -9,6 +9,8 @@ from conftest import MIXED_SHAPES, clone_lists, equal, noncontiguous_like, randn
 
 import inductor_lamb
 from inductor_lamb import reference
+from inductor_lamb._inductor.backends import TorchBackend
+from inductor_lamb.rounding import tensor_key
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LRS = [0.02, 0.011, 0.005, 0.013, 0.001]
@@ -253,10 +255,13 @@ def poc_saturation(m: torch.Tensor) -> float:
     return (scaled.abs() > 15).double().mean().item()
 
 
+@pytest.mark.parametrize("stochastic", [False, True], ids=["nearest", "stochastic"])
 @pytest.mark.parametrize("n", [288, 4096, 1_200_000])
-def test_float8_round_trip_error(n):
+def test_float8_round_trip_error(n, stochastic):
     """Relative L2 error of the stored moments against the float32 values they
-    encode, at every step of a stream: <= 5% for m, <= 10% for v, <= 0.1% saturated."""
+    encode, at every step of a stream: <= 5% for m, <= 10% for v, <= 0.1% saturated
+    (rounding to nearest; a stochastic rounding's error is larger, about sqrt(2)x
+    per step: it is unbiased instead, test_rounding.py)."""
     lists = make([(n,)], seed=13, fresh=True)
     p, _, m8, v8, sm, sv, _ = lists
     worst = {"m": 0.0, "v": 0.0, "sat": 0.0, "poc": 0.0}
@@ -266,7 +271,7 @@ def test_float8_round_trip_error(n):
         # (the betas are float32 tensors: 1 - beta of their float32 values)
         m = m8[0].double() * float(torch.tensor(0.9) * sm[0]) + (1 - torch.tensor(0.9).item()) * g.double()
         v = v8[0].double() * float(torch.tensor(0.999) * sv[0]) + (1 - torch.tensor(0.999).item()) * g.double() ** 2
-        op(lists, 1e-3)
+        op(lists, 1e-3, stochastic_rounding=stochastic)
         m_back, v_back = m8[0].double() * sm[0].item(), v8[0].double() * sv[0].item()
         worst["m"] = max(worst["m"], ((m_back - m).norm() / m.norm()).item())
         worst["v"] = max(worst["v"], ((v_back - v).norm() / v.norm()).item())
@@ -275,8 +280,8 @@ def test_float8_round_trip_error(n):
         worst["sat"] = max(worst["sat"], sat)
         worst["poc"] = max(worst["poc"], poc_saturation(m))
         assert torch.isfinite(m_back).all() and torch.isfinite(v_back).all()
-    assert worst["m"] <= 0.05, worst
-    assert worst["v"] <= 0.10, worst
+    assert worst["m"] <= (0.07 if stochastic else 0.05), worst
+    assert worst["v"] <= (0.14 if stochastic else 0.10), worst
     assert worst["sat"] <= 1e-3, worst
     if n >= 4096:  # the metric sees the flaw this fixes: the ||m|| / N scale saturates 100x more
         assert worst["poc"] >= 0.1, worst
@@ -303,11 +308,13 @@ def test_every_float8_code_round_trips(cap):
         assert torch.equal(stored.float(), codes.float()), (stored.float() != codes.float()).nonzero()
 
 
+@pytest.mark.parametrize("stochastic", [False, True], ids=["nearest", "stochastic"])
 @pytest.mark.parametrize("cap", ["best", "default"])
-def test_float8_encoding_matches_torch_conversion(cap):
+def test_float8_encoding_matches_torch_conversion(cap, stochastic):
     """From zero state, m = (1 - beta1) g and v = (1 - beta2) g^2 exactly as float32
     computes them: the stored codes must equal torch's own (round to nearest even)
-    conversion of clamp(x / scale), bit for bit, over a million heavy-tailed values."""
+    conversion of clamp(x / scale), or the torch stochastic rounding of
+    inductor_lamb.rounding, bit for bit, over a million heavy-tailed values."""
     if cap == "default":
         inductor_lamb.set_cpu_capability("default")
     gen = torch.Generator().manual_seed(21)
@@ -316,14 +323,17 @@ def test_float8_encoding_matches_torch_conversion(cap):
          * torch.exp(torch.randn(n, generator=gen, dtype=torch.float64) * 2)).float()
     lists = make([(n,)], seed=22, fresh=True)
     lists[1] = [g]
-    op(lists, 0.0)
+    codes = clone_lists(lists[2:4])
+    op(lists, 0.0, stochastic_rounding=stochastic, seed=1234)
     # (the betas are float32 tensors: 1 - beta of their float32 values)
     m = g * torch.tensor(1 - torch.tensor(0.9).item(), dtype=torch.float32)
     v = (g * g) * torch.tensor(1 - torch.tensor(0.999).item(), dtype=torch.float32)
     sm, sv = reference.fp8_scale(m, E4M3), reference.fp8_scale(v, E5M2)
     assert lists[4][0].item() == sm.item() and lists[5][0].item() == sv.item()
-    assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3))
-    assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2))
+    key = tensor_key(TorchBackend(), 1234, lists[6][0])
+    m_rounding, v_rounding = ((key, g, codes[0][0]), (key, g, codes[1][0])) if stochastic else (None, None)
+    assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3, m_rounding))
+    assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2, v_rounding))
 
 
 def test_nonfinite_values_encode_alike_on_every_capability():
