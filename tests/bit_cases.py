@@ -61,7 +61,10 @@ CONFIGS = {
         "options": dict(bias_correction=False, grad_averaging=False, trust_clip=True, weight_decay=0.1),
         "eps0_adapt": dict(eps=0.0, weight_decay=0.0, always_adapt=True),
     },
-    "lamb16": {"default": {}, "decay_scale": dict(weight_decay=0.01, trust_scale=0.5, grad_scale=4.0)},
+    # (recorded before stochastic rounding existed: pinned to round to nearest)
+    "lamb16": {"default": dict(stochastic_rounding=False),
+               "decay_scale": dict(weight_decay=0.01, trust_scale=0.5, grad_scale=4.0, stochastic_rounding=False),
+               "stochastic": dict(weight_decay=0.01, grad_scale=4.0, seed=99)},
     "lars": {
         "default": dict(weight_decay=[5e-4]),
         "per_param": dict(weight_decay=[5e-4, 0.0, 1e-3, 0.0, 2e-4, 5e-4, 1e-4, 0.0, 3e-4],
