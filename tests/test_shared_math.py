@@ -35,7 +35,7 @@ def lib(tmp_path_factory):
     lib = ctypes.CDLL(str(out))
     i64, f32, f64, i32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
     lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, f32]
-    lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32]
+    lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]
     lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
     return lib
@@ -53,7 +53,7 @@ def set_cap():
 
 
 def ptr(t: torch.Tensor):
-    assert t.is_contiguous() and t.dtype == torch.float32
+    assert t.is_contiguous() and t.dtype in (torch.float32, torch.uint8)
     return ctypes.c_void_p(t.data_ptr())
 
 
@@ -95,24 +95,26 @@ def test_lamb(lib, kw, cap, set_cap):
 
 
 @pytest.mark.parametrize("cap", ["best", "default"])
-def test_lamb16(lib, cap, set_cap):
+@pytest.mark.parametrize("stochastic", [False, True], ids=["nearest", "stochastic"])
+def test_lamb16(lib, cap, set_cap, stochastic):
     set_cap(cap)
     p, g, m = tensors(2, 1.0, 1.0, 0.1)
     m_scale, v_scale = torch.tensor(0.3 / 448), torch.tensor(0.1 / 57344)
     m8 = (m / m_scale).to(torch.float8_e4m3fn)
     v8 = ((m * m + 1e-4) / v_scale).to(torch.float8_e5m2)
-    hyp = dict(eps=1e-6, weight_decay=0.01, trust_scale=0.382)
+    hyp = dict(eps=1e-6, weight_decay=0.01, trust_scale=0.382, stochastic_rounding=stochastic, seed=2**40 + 3)
     lr = 0.02
     s_p, s_m, s_v = p.clone(), m8.float(), v8.float()
     scales = torch.tensor([float(m_scale), float(v_scale)])
-    lib.lamb16_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), ptr(scales), lr, 0.9, 0.999, hyp["eps"],
-                    hyp["weight_decay"], hyp["trust_scale"], 1.0)
+    m_codes, v_codes = m8.view(torch.uint8).clone(), v8.view(torch.uint8).clone()
+    lib.lamb16_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), ptr(m_codes), ptr(v_codes), ptr(scales), lr, 0.9, 0.999,
+                    hyp["eps"], hyp["weight_decay"], hyp["trust_scale"], 1.0, stochastic, hyp["seed"], 1.0)
     o_p, o_m8, o_v8, o_ms, o_vs = p.clone(), m8.clone(), v8.clone(), m_scale.clone(), v_scale.clone()
     torch.ops.lamb.lamb16_step_([o_p], [g], [o_m8], [o_v8], [o_ms], [o_vs], [torch.tensor(0.0)], torch.tensor(lr),
                                 **raw_op_kwargs("lamb16_step_", hyp))
     close(s_p, o_p)
     close(scales, torch.stack([o_ms, o_vs]), rtol=1e-6, atol=0)
-    assert_tensor_close(s_m.to(torch.float8_e4m3fn), o_m8)  # RNE encode of the scalar codes
+    assert_tensor_close(s_m.to(torch.float8_e4m3fn), o_m8)  # RNE encode of the scalar values (on the grid if SR)
     assert_tensor_close(s_v.to(torch.float8_e5m2), o_v8)
     r = [[t.double()] for t in (p, g)] + [[m8], [v8], [m_scale.double()], [v_scale.double()],
                                           [torch.tensor(0.0, dtype=torch.float64)]]

@@ -9,6 +9,7 @@
 #include "common/lamb.h"
 #include "common/lamb16.h"
 #include "common/lars.h"
+#include "common/rounding.h"
 
 using namespace inductor_lamb;
 
@@ -39,11 +40,14 @@ void lamb_step(int64_t n, float* p, const float* g, float* m, float* v, double s
 }
 
 // LAMB16, one tensor: m8 / v8 hold the decoded float8 codes on entry and the
-// (saturated, unrounded) codes to store on return; scales[0..1] the old m / v
-// scales on entry, the new ones on return.
-void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, float* scales, double lr, float beta1,
-                 float beta2, double eps, double weight_decay, double trust_scale, float grad_mul) {
-  const lamb16::Hyper h{&beta1, &beta2, eps, weight_decay, trust_scale};
+// saturated values to store on return (on the float8 grid when stochastic, as
+// the CUDA kernel rounds them; m_codes / v_codes: the stored bytes before the
+// step); scales[0..1] the old m / v scales on entry, the new ones on return;
+// step the incremented step count.
+void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, const uint8_t* m_codes,
+                 const uint8_t* v_codes, float* scales, double lr, float beta1, float beta2, double eps,
+                 double weight_decay, double trust_scale, float grad_mul, int stochastic, int64_t seed, float step) {
+  const lamb16::Hyper h{&beta1, &beta2, eps, weight_decay, trust_scale, bool(stochastic), seed};
   const lamb16::Consts k = lamb16::consts(h);
   const float beta1_scale = lamb16::beta_scale(&beta1, scales[0]), beta2_scale = lamb16::beta_scale(&beta2, scales[1]);
   const lamb16::Elem<float> e1(k, beta1_scale, beta2_scale);
@@ -64,10 +68,17 @@ void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, floa
   const lamb16::Elem<float> e2(k, beta1_scale, beta2_scale, 1.f / scales[0], 1.f / scales[1]);
   for (int64_t i = 0; i < n; ++i) {
     float m = m8[i], v = v8[i];
-    e2.moments(g[i] * grad_mul, m, v);
+    const float gs = g[i] * grad_mul;
+    e2.moments(gs, m, v);
     p[i] = p[i] - step_size * e2.update(p[i], m, v);
     m8[i] = e2.m_code(m);
     v8[i] = e2.v_code(v);
+    if (h.stochastic_rounding) {
+      using namespace rounding;
+      const uint32_t key = tensor_key(seed, step), gb = ScalarLanes::as_bits(gs);
+      m8[i] = stochastic_round<E4M3, ScalarLanes>(m8[i], dither<E4M3>(element_hash<E4M3>(key, gb, uint32_t(m_codes[i]))));
+      v8[i] = stochastic_round<E5M2, ScalarLanes>(v8[i], dither<E5M2>(element_hash<E5M2>(key, gb, uint32_t(v_codes[i]))));
+    }
   }
 }
 
