@@ -87,7 +87,8 @@ class Arg:
             Role.PARAMS: "Sequence[Tensor]", Role.GRADS: "Sequence[Tensor]", Role.STATE: "Sequence[Tensor]",
             Role.SCALARS: "Sequence[Tensor]", Role.MASTER: "Sequence[Tensor] | None",
             Role.TENSOR: "Tensor | float", Role.OPT_TENSOR: "Tensor | None", Role.FLOAT: "float",
-            Role.BOOL: "bool", Role.INT: "int", Role.FLOATS: "float | Sequence[float]", Role.BOOLS: "bool | Sequence[bool]",
+            Role.BOOL: "bool", Role.INT: "int", Role.FLOATS: "float | Sequence[float]",
+            Role.BOOLS: "bool | Sequence[bool]",
             Role.REDUCTIONS: "Tensor",
         }[self.role]
 

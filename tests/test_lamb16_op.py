@@ -3,6 +3,9 @@ round trip of its moments on heavy-tailed gradient streams."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import MIXED_SHAPES, clone_lists, equal, noncontiguous_like, randn
@@ -11,6 +14,9 @@ import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb._inductor.backends import TorchBackend
 from inductor_lamb.rounding import tensor_key
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from lamb16_accuracy import gradient_stream  # noqa: E402  (issue 17's stream, shared with the benchmark)
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LRS = [0.02, 0.011, 0.005, 0.013, 0.001]
@@ -234,19 +240,6 @@ def test_bad_hyperparameter():
 
 
 # ---- the float8 round trip ------------------------------------------------------------
-
-
-def gradient_stream(n: int, steps: int, seed: int):
-    """Heavy-tailed gradients like a layer's: a per-element magnitude spread over
-    orders of magnitude (log-normal), Student-t(3) noise, a slowly drifting mean."""
-    gen = torch.Generator().manual_seed(seed)
-    scale = torch.exp(torch.randn(n, generator=gen, dtype=torch.float64) * 1.5) * 1e-3
-    mean = torch.randn(n, generator=gen, dtype=torch.float64) * 0.3
-    t3 = torch.distributions.StudentT(3.0)
-    torch.manual_seed(seed)
-    for _ in range(steps):
-        mean = 0.95 * mean + 0.05 * torch.randn(n, generator=gen, dtype=torch.float64)
-        yield (scale * (mean + t3.sample((n,)).double())).float()
 
 
 def poc_saturation(m: torch.Tensor) -> float:
