@@ -1,8 +1,10 @@
-"""LAMB16's stochastic rounding to float8 in the backend vocabulary: the same
-integer steps as ``csrc/common/rounding.h`` (read it for the why), written once
-for the Inductor lowering, the decomposition and the reference.
+"""LAMB16's stochastic rounding to float8, the same integer steps as
+``csrc/common/rounding.h`` (read it for the why), written once as a per-element
+function over an operations namespace: the Inductor lowering runs it inside one
+element-wise IR node (every input loaded once, every intermediate reused, so
+the generated code stays small), the decomposition and the reference on tensors.
 
-Integers are int64 tensors holding uint32 values (``[0, 2^32)``): products are
+Integers are int64 values holding uint32 ones (``[0, 2^32)``): products are
 reduced mod 2^32 after every multiply, whose constants are below 2^31 in
 magnitude, so nothing overflows int64 on any backend (C++, Triton, eager).
 """
@@ -34,12 +36,12 @@ def _signed(c: int) -> int:
     return c - (1 << 32) if c >= 1 << 31 else c
 
 
-def _mix(B: Any, x: Any) -> Any:
-    x = B.bxor(x, B.shr(x, 16))
-    x = B.umul(x, _signed(_MIX1))
-    x = B.bxor(x, B.shr(x, 15))
-    x = B.umul(x, _signed(_MIX2))
-    return B.bxor(x, B.shr(x, 16))
+def _mix(o: Any, x: Any) -> Any:
+    x = o.xor(x, o.shr(x, 16))
+    x = o.umul(x, _signed(_MIX1))
+    x = o.xor(x, o.shr(x, 15))
+    x = o.umul(x, _signed(_MIX2))
+    return o.xor(x, o.shr(x, 16))
 
 
 def _mix_int(x: int) -> int:
@@ -51,12 +53,31 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
+def _key(o: Any, step: Any, hi: int, lo: int) -> Any:
+    return _mix(o, o.xor(_mix(o, o.xor(o.band(o.to_int(step), _M32), hi)), lo))
+
+
+def _round(o: Any, grid: _Grid, x: Any, g: Any, code: Any, key: Any) -> Any:
+    """One element: ``x`` (float32) rounded onto the grid with the hash of (key, g, code)."""
+    if grid.code_tag:
+        code = o.bor(code, grid.code_tag)
+    h = _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(code, _signed(_CODE_MUL))), key))
+    dither = o.add(o.shl(o.shr(h, 16), grid.drop - 16), 1 << (grid.drop - 17))
+    bits = o.bits(x)
+    mag = o.band(bits, 0x7FFFFFFF)
+    offset = o.mul(o.to_float(o.less_than(mag, grid.min_normal_bits)), grid.min_normal)  # 2^Emin below it, else 0
+    kept = o.band(o.add(o.bits(o.add(o.from_bits(mag), offset)), dither), _M32 & ~((1 << grid.drop) - 1))
+    rounded = o.bor(o.bits(o.sub(o.from_bits(kept), offset)), o.band(bits, 0x80000000))
+    return o.from_bits(o.where(o.less_than(mag, 0x7F800000), rounded, bits))
+
+
 def tensor_key(B: Any, seed: int, steps: Any) -> Any:
-    """The per-tensor part of the hash from the seed (any int) and the step counts
-    (0-d float32, below 2^24): ``mix(mix(step ^ mix(seed_hi)) ^ seed_lo)``."""
+    """The per-tensor part of the hash (int64, one per step tensor) from the seed
+    (any int) and the step counts (0-d float32, below 2^24):
+    ``mix(mix(step ^ mix(seed_hi)) ^ seed_lo)``."""
     seed &= (1 << 64) - 1
     hi, lo = _mix_int(seed >> 32), seed & _M32
-    return B.scalar(_mix(B, B.bxor(_mix(B, B.bxor(B.band(B.to_int(steps), _M32), hi)), lo)))
+    return B.scalar(B.elementwise(lambda o, step: _key(o, step, hi, lo), [steps], torch.int64))
 
 
 def stochastic_round(B: Any, x: Any, key: Any, grads: Any, codes: Any, dtype: torch.dtype) -> Any:
@@ -65,12 +86,5 @@ def stochastic_round(B: Any, x: Any, key: Any, grads: Any, codes: Any, dtype: to
     divided by grad_scale (``g * (1 / grad_scale)`` in float32), ``codes`` the
     stored float8 list before the step, ``key`` from :func:`tensor_key`."""
     grid = GRIDS[dtype]
-    code = B.bor(B.code(codes), grid.code_tag) if grid.code_tag else B.code(codes)
-    h = _mix(B, B.bxor(B.bxor(B.band(B.bits(grads), _GRAD_MASK), B.umul(code, _signed(_CODE_MUL))), key))
-    dither = B.add(B.shl(B.shr(h, 16), grid.drop - 16), 1 << (grid.drop - 17))
-    bits = B.bits(x)
-    mag = B.band(bits, 0x7FFFFFFF)
-    offset = B.mul(B.to_float(B.less_than(mag, grid.min_normal_bits)), grid.min_normal)  # 2^Emin below it, else 0
-    kept = B.band(B.add(B.bits(B.add(B.from_bits(mag), offset)), dither), _M32 & ~((1 << grid.drop) - 1))
-    rounded = B.bor(B.bits(B.sub(B.from_bits(kept), offset)), B.band(bits, 0x80000000))
-    return B.from_bits(B.select(B.less_than(mag, 0x7F800000), rounded, bits))
+    return B.elementwise(lambda o, x_, g, c, k: _round(o, grid, x_, g, o.code(c, dtype), k), [x, grads, codes, key],
+                         torch.float32)

@@ -64,35 +64,12 @@ class Backend:
 
     def one_minus(self, a): return self.add(self.mul(a, -1.0), 1.0)
 
-    # Integer math for LAMB16's stochastic rounding (inductor_lamb/rounding.py):
-    # int64 values holding uint32 ones; the second operand of the binary ops may be
-    # a Python int.
-    def bits(self, a):
-        """float32 -> its bit pattern as an int64 in [0, 2^32)."""
-        return _zip_map(self._bits, a)
-    def from_bits(self, a):
-        """``bits``' inverse."""
-        return _zip_map(self._from_bits, a)
-    def code(self, a):
-        """float8 -> its stored byte as an int64."""
-        return _zip_map(self._code, a)
-    def to_int(self, a):
-        """float -> int64, truncated."""
-        return _zip_map(self._to_int, a)
-    def bxor(self, a, b): return _zip_map(self._bxor, a, b)
-    def band(self, a, b): return _zip_map(self._band, a, b)
-    def bor(self, a, b): return _zip_map(self._bor, a, b)
-    def shr(self, a, k: int): return _zip_map(lambda x: self._shr(x, k), a)
-    def shl(self, a, k: int): return _zip_map(lambda x: self._band(self._shl(x, k), 0xFFFFFFFF), a)
-    def umul(self, a, c: int):
-        """``a * c mod 2^32`` (|c| < 2^31: no int64 overflow)."""
-        return _zip_map(lambda x: self._band(self._mul(x, c), 0xFFFFFFFF), a)
-    def less_than(self, a, c: int):
-        """``a < c`` (bool)."""
-        return _zip_map(lambda x: self._less_than(x, c), a)
-    def select(self, mask, a, b):
-        """``a`` where ``mask``, else ``b`` (tensors)."""
-        return _zip_map(self._select, mask, a, b)
+    def elementwise(self, fn: Callable[..., Any], inputs: list[Any], dtype: torch.dtype) -> Any:
+        """``fn(o, *values)`` per element over ``inputs`` (lists zipped, others
+        broadcast; a 0-d input broadcasts to every element), ``o`` the operations
+        namespace of this backend (``_TorchOps``, ``_IROps``): integer math for LAMB16's
+        stochastic rounding (inductor_lamb/rounding.py), written once per element."""
+        return _zip_map(lambda *xs: self._elementwise(fn, list(xs), dtype), *inputs)
 
     def scalar(self, a):
         """Marks per-tensor scalar math (beta powers, trust ratios) to be computed
@@ -144,25 +121,17 @@ class IRBackend(Backend):
     def _pow(self, a, e): return self.lw[aten.pow.Tensor_Scalar](a, e)
     def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
 
-    def _bits(self, a):
-        return self._band(self.L.to_dtype(self.lw[aten.view.dtype](a, torch.int32), torch.int64), 0xFFFFFFFF)
-    def _from_bits(self, a):
-        signed = self._sub(a, self._shl(self._shr(a, 31), 32))  # [-2^31, 2^31): an exact int32
-        return self.lw[aten.view.dtype](self.L.to_dtype(signed, torch.int32), torch.float32)
-    def _code(self, a): return self.L.to_dtype(self.lw[aten.view.dtype](a, torch.uint8), torch.int64)
-    def _to_int(self, a): return self.L.to_dtype(a, torch.int64)
-    def _bxor(self, a, b): return self.lw[aten.bitwise_xor.Tensor](a, self._int_like(b, a))
-    def _band(self, a, b): return self.lw[aten.bitwise_and.Tensor](a, self._int_like(b, a))
-    def _bor(self, a, b): return self.lw[aten.bitwise_or.Tensor](a, self._int_like(b, a))
-    def _shr(self, a, k): return self.lw[aten.bitwise_right_shift.Tensor](a, self._int_like(k, a))
-    def _shl(self, a, k): return self.lw[aten.bitwise_left_shift.Tensor](a, self._int_like(k, a))
-    def _less_than(self, a, c): return self.lw[aten.lt.Scalar](a, c)
-    def _select(self, mask, a, b): return self.lw[aten.where.self](mask, a, b)
+    def _elementwise(self, fn, inputs, dtype):
+        from torch._inductor import ir
 
-    def _int_like(self, x, like):
-        if isinstance(x, int):
-            return self.L.full_like(like, x)
-        return x
+        like = max(inputs, key=lambda t: len(t.get_size()))
+        loaders = [(t.make_loader(), len(t.get_size()) == 0) for t in inputs]
+
+        def inner_fn(index):
+            return fn(_IROps, *[load([] if scalar else index) for load, scalar in loaders])
+
+        return ir.Pointwise.create(device=like.get_device(), dtype=dtype, inner_fn=inner_fn,
+                                   ranges=list(like.get_size()))
 
     def _absmax(self, a):
         if a.get_numel() == 0:
@@ -255,18 +224,8 @@ class TorchBackend(Backend):
     def _where_positive(self, a, b, then, otherwise):
         return torch.where((a > 0) & (b > 0), then, otherwise)
 
-    def _bits(self, a): return a.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    def _from_bits(self, a): return (a - ((a >> 31) << 32)).to(torch.int32).view(torch.float32)
-    def _code(self, a): return a.view(torch.uint8).to(torch.int64)
-    def _to_int(self, a): return a.to(torch.int64)
-    def _mul(self, a, b): return a * b
-    def _bxor(self, a, b): return a ^ b
-    def _band(self, a, b): return a & b
-    def _bor(self, a, b): return a | b
-    def _shr(self, a, k): return a >> k
-    def _shl(self, a, k): return a << k
-    def _less_than(self, a, c): return a < c
-    def _select(self, mask, a, b): return torch.where(mask, a, b)
+    def _elementwise(self, fn, inputs, dtype):
+        return fn(_TorchOps, *inputs).to(dtype)
 
     def pack(self, columns, like, k):
         if not columns or not columns[0]:
@@ -284,6 +243,93 @@ class TorchBackend(Backend):
             src = [torch.where(skip, d, s.to(d.dtype)) if d.dtype.itemsize > 1 else torch.where(skip, d.float(), s.float())
                    for d, s in zip(dst, src)]
         torch._foreach_copy_(dst, src)
+
+
+class _TorchOps:
+    """Per-element operations on tensors (int64 holding uint32; see inductor_lamb/rounding.py)."""
+
+    @staticmethod
+    def bits(x): return x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    @staticmethod
+    def from_bits(a): return (a - ((a >> 31) << 32)).to(torch.int32).view(torch.float32)
+    @staticmethod
+    def code(x, dtype): return x.view(torch.uint8).to(torch.int64)
+    @staticmethod
+    def to_int(x): return x.to(torch.int64)
+    @staticmethod
+    def to_float(x): return x.to(torch.float32)
+    @staticmethod
+    def umul(a, c): return (a * c) & 0xFFFFFFFF
+    @staticmethod
+    def shl(a, k): return (a << k) & 0xFFFFFFFF
+    xor, band, bor = staticmethod(lambda a, b: a ^ b), staticmethod(lambda a, b: a & b), staticmethod(lambda a, b: a | b)
+    shr, add, sub = staticmethod(lambda a, k: a >> k), staticmethod(lambda a, b: a + b), staticmethod(lambda a, b: a - b)
+    mul, less_than = staticmethod(lambda a, b: a * b), staticmethod(lambda a, c: a < c)
+    where = staticmethod(torch.where)
+
+
+class _IROps:
+    """The same operations inside an Inductor IR node's inner function (``ops.*``
+    values: each computed once and reused)."""
+
+    @staticmethod
+    def _c(x):
+        from torch._inductor.virtualized import ops
+
+        if isinstance(x, bool):
+            return ops.constant(x, torch.bool)
+        if isinstance(x, int):
+            return ops.constant(x, torch.int64)
+        if isinstance(x, float):
+            return ops.constant(x, torch.float32)
+        return x
+
+    @staticmethod
+    def _ops():
+        from torch._inductor.virtualized import ops
+
+        return ops
+
+    @classmethod
+    def bits(cls, x):
+        o = cls._ops()
+        return o.bitwise_and(o.to_dtype(o.to_dtype_bitcast(x, torch.int32, torch.float32), torch.int64),
+                             cls._c(0xFFFFFFFF))
+    @classmethod
+    def from_bits(cls, a):
+        o = cls._ops()
+        signed = o.sub(a, o.bitwise_left_shift(o.bitwise_right_shift(a, cls._c(31)), cls._c(32)))
+        return o.to_dtype_bitcast(o.to_dtype(signed, torch.int32), torch.float32, torch.int32)
+    @classmethod
+    def code(cls, x, dtype):
+        o = cls._ops()
+        return o.to_dtype(o.to_dtype_bitcast(x, torch.uint8, dtype), torch.int64)
+    @classmethod
+    def to_int(cls, x): return cls._ops().to_dtype(x, torch.int64)
+    @classmethod
+    def to_float(cls, x): return cls._ops().to_dtype(x, torch.float32)
+    @classmethod
+    def umul(cls, a, c): return cls.band(cls._ops().mul(a, cls._c(c)), 0xFFFFFFFF)
+    @classmethod
+    def shl(cls, a, k): return cls.band(cls._ops().bitwise_left_shift(a, cls._c(k)), 0xFFFFFFFF)
+    @classmethod
+    def shr(cls, a, k): return cls._ops().bitwise_right_shift(a, cls._c(k))
+    @classmethod
+    def xor(cls, a, b): return cls._ops().bitwise_xor(a, cls._c(b))
+    @classmethod
+    def band(cls, a, b): return cls._ops().bitwise_and(a, cls._c(b))
+    @classmethod
+    def bor(cls, a, b): return cls._ops().bitwise_or(a, cls._c(b))
+    @classmethod
+    def add(cls, a, b): return cls._ops().add(a, cls._c(b))
+    @classmethod
+    def sub(cls, a, b): return cls._ops().sub(a, cls._c(b))
+    @classmethod
+    def mul(cls, a, b): return cls._ops().mul(a, cls._c(b))
+    @classmethod
+    def less_than(cls, a, c): return cls._ops().lt(a, cls._c(c))
+    @classmethod
+    def where(cls, m, a, b): return cls._ops().where(m, a, b)
 
 
 def scaled_grads(B: Backend, grads: list[Any], grad_scale: Any, factor: float = 1.0, max_grad_norm: float = 0.0):
