@@ -312,22 +312,15 @@ class _IROps:
     def umul(cls, a, c): return cls.band(cls._ops().mul(a, cls._c(c)), 0xFFFFFFFF)
     @classmethod
     def shl(cls, a, k): return cls.band(cls._ops().bitwise_left_shift(a, cls._c(k)), 0xFFFFFFFF)
-    @classmethod
-    def shr(cls, a, k): return cls._ops().bitwise_right_shift(a, cls._c(k))
-    @classmethod
-    def xor(cls, a, b): return cls._ops().bitwise_xor(a, cls._c(b))
-    @classmethod
-    def band(cls, a, b): return cls._ops().bitwise_and(a, cls._c(b))
-    @classmethod
-    def bor(cls, a, b): return cls._ops().bitwise_or(a, cls._c(b))
-    @classmethod
-    def add(cls, a, b): return cls._ops().add(a, cls._c(b))
-    @classmethod
-    def sub(cls, a, b): return cls._ops().sub(a, cls._c(b))
-    @classmethod
-    def mul(cls, a, b): return cls._ops().mul(a, cls._c(b))
-    @classmethod
-    def less_than(cls, a, c): return cls._ops().lt(a, cls._c(c))
+
+    def _binary(name: str):  # noqa: N805  (a class-body helper: ops.<name>(a, b), b a value or a constant)
+        return classmethod(lambda cls, a, b: getattr(cls._ops(), name)(a, cls._c(b)))
+
+    shr, xor, band, bor = _binary("bitwise_right_shift"), _binary("bitwise_xor"), _binary("bitwise_and"), \
+        _binary("bitwise_or")
+    add, sub, mul, less_than = _binary("add"), _binary("sub"), _binary("mul"), _binary("lt")
+    del _binary
+
     @classmethod
     def where(cls, m, a, b): return cls._ops().where(m, a, b)
 
