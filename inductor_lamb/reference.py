@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ._inductor.backends import TorchBackend
-from .rounding import stochastic_round, tensor_key
+from .rounding import element_hash, stochastic_round, tensor_key
 from .spec import SPECS, Role
 
 __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
@@ -155,16 +155,16 @@ def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
     return fp8_scale_of_amax(x.abs().amax() if x.numel() else x.new_zeros(()), dtype)
 
 
-def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, rounding: tuple | None = None) -> Tensor:
+def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | None = None) -> Tensor:
     """``dtype(clamp(x * (1 / scale)))``: saturating, never inf/NaN for finite ``x``;
-    round to nearest even, or with ``rounding = (key, grads, codes)`` stochastically
+    round to nearest even, or with the random bits ``hashes``
+    (:func:`inductor_lamb.rounding.element_hash`) stochastically
     (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value)."""
     hi = FP8_MAX[dtype]
     inv = (1.0 / scale.float()).to(x.dtype)
     y = (x * inv).clamp(-hi, hi)
-    if rounding is not None:
-        key, grads, codes = rounding
-        y = stochastic_round(_TORCH, y.float(), key, grads, codes, dtype)
+    if hashes is not None:
+        y = stochastic_round(_TORCH, y.float(), hashes, dtype)
     return y.to(dtype)
 
 
@@ -217,8 +217,9 @@ def _lamb16_apply(a, reductions) -> None:
         key = tensor_key(_TORCH, a.seed, step) if a.stochastic_rounding else None
         if key is not None:  # the hash reads the float32 grads / grad_scale the kernels compute
             g = g.float() if a.grad_scale is None else g.float() * (1.0 / a.grad_scale.float())
-        m_new = fp8_encode(m, sm, m8.dtype, None if key is None else (key, g, m8))
-        v_new = fp8_encode(v, sv, v8.dtype, None if key is None else (key, g, v8))
+        hashes = None if key is None else element_hash(_TORCH, key, g, m8, v8)
+        m_new = fp8_encode(m, sm, m8.dtype, hashes)
+        v_new = fp8_encode(v, sv, v8.dtype, hashes)
         m8.copy_(m_new)
         v8.copy_(v_new)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensor_key", "stochastic_round", "GRIDS"]
+__all__ = ["tensor_key", "element_hash", "stochastic_round", "GRIDS"]
 
 _M32 = 0xFFFFFFFF
 _MIX1, _MIX2, _CODE_MUL = 0x7FEB352D, 0x846CA68B, 0x9E3779B9
@@ -23,12 +23,13 @@ _GRAD_MASK = 0xFFFF0000  # the gradient truncated to bfloat16 (rounding.h says w
 
 
 class _Grid:
-    def __init__(self, drop: int, min_normal_bits: int, code_tag: int) -> None:
-        self.drop, self.min_normal_bits, self.code_tag = drop, min_normal_bits, code_tag
+    def __init__(self, drop: int, min_normal_bits: int, hash_shift: int) -> None:
+        self.drop, self.min_normal_bits, self.hash_shift = drop, min_normal_bits, hash_shift
         self.min_normal = float(torch.tensor(min_normal_bits, dtype=torch.int32).view(torch.float32))
 
 
-GRIDS = {torch.float8_e4m3fn: _Grid(20, 0x3C800000, 0), torch.float8_e5m2: _Grid(21, 0x38800000, 0x100)}
+# m (e4m3) takes the hash's high 16 bits, v (e5m2) its low 16 bits
+GRIDS = {torch.float8_e4m3fn: _Grid(20, 0x3C800000, 16), torch.float8_e5m2: _Grid(21, 0x38800000, 0)}
 
 
 def _signed(c: int) -> int:
@@ -57,12 +58,15 @@ def _key(o: Any, step: Any, hi: int, lo: int) -> Any:
     return _mix(o, o.xor(_mix(o, o.xor(o.band(o.to_int(step), _M32), hi)), lo))
 
 
-def _round(o: Any, grid: _Grid, x: Any, g: Any, code: Any, key: Any) -> Any:
-    """One element: ``x`` (float32) rounded onto the grid with the hash of (key, g, code)."""
-    if grid.code_tag:
-        code = o.bor(code, grid.code_tag)
-    h = _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(code, _signed(_CODE_MUL))), key))
-    dither = o.add(o.shl(o.shr(h, 16), grid.drop - 16), 1 << (grid.drop - 17))
+def _hash(o: Any, g: Any, m_code: Any, v_code: Any, key: Any) -> Any:
+    """One element's 32 random bits from (key, g, its stored m and v codes)."""
+    codes = o.bor(m_code, o.shl(v_code, 8))
+    return _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(codes, _signed(_CODE_MUL))), key))
+
+
+def _round(o: Any, grid: _Grid, x: Any, h: Any) -> Any:
+    """One element: ``x`` (float32) rounded onto the grid with its 16 bits of the hash ``h``."""
+    dither = o.add(o.shl(o.band(o.shr(h, grid.hash_shift), 0xFFFF), grid.drop - 16), 1 << (grid.drop - 17))
     bits = o.bits(x)
     mag = o.band(bits, 0x7FFFFFFF)
     offset = o.mul(o.to_float(o.less_than(mag, grid.min_normal_bits)), grid.min_normal)  # 2^Emin below it, else 0
@@ -80,11 +84,19 @@ def tensor_key(B: Any, seed: int, steps: Any) -> Any:
     return B.scalar(B.elementwise(lambda o, step: _key(o, step, hi, lo), [steps], torch.int64))
 
 
-def stochastic_round(B: Any, x: Any, key: Any, grads: Any, codes: Any, dtype: torch.dtype) -> Any:
+def element_hash(B: Any, key: Any, grads: Any, m_codes: Any, v_codes: Any) -> Any:
+    """The random bits (int64 lists holding uint32) of both moments, one hash per
+    element: ``grads`` the float32 grads divided by grad_scale (``g * (1 / grad_scale)``
+    in float32), ``m_codes`` / ``v_codes`` the stored float8 lists before the step,
+    ``key`` from :func:`tensor_key`. Computed once (``B.shared``): both roundings read
+    it, the second after the first moment's store."""
+    return B.shared(B.elementwise(
+        lambda o, g, m, v, k: _hash(o, g, o.code(m, torch.float8_e4m3fn), o.code(v, torch.float8_e5m2), k),
+        [grads, m_codes, v_codes, key], torch.int64))
+
+
+def stochastic_round(B: Any, x: Any, hashes: Any, dtype: torch.dtype) -> Any:
     """``x`` (float32 lists, finite values within ``dtype``'s range; others pass)
-    rounded stochastically onto ``dtype``'s grid; ``grads`` the float32 grads
-    divided by grad_scale (``g * (1 / grad_scale)`` in float32), ``codes`` the
-    stored float8 list before the step, ``key`` from :func:`tensor_key`."""
+    rounded stochastically onto ``dtype``'s grid with :func:`element_hash`'s bits."""
     grid = GRIDS[dtype]
-    return B.elementwise(lambda o, x_, g, c, k: _round(o, grid, x_, g, o.code(c, dtype), k), [x, grads, codes, key],
-                         torch.float32)
+    return B.elementwise(lambda o, x_, h: _round(o, grid, x_, h), [x, hashes], torch.float32)

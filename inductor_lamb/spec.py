@@ -290,7 +290,7 @@ LAMB16 = OpSpec("lamb16_step_", (
     Arg("trust_scale", Role.FLOAT, 0.382, doc="exponent of the lr-rescaled trust ratio (0: no adaptation)"),
     Arg("stochastic_rounding", Role.BOOL, True,
         doc="round m, v to float8 stochastically (unbiased: no drift of the moments); False: to nearest even"),
-    Arg("seed", Role.INT, 0, doc="seed of the rounding's random bits, which hash (seed, step, grad, stored code) "
+    Arg("seed", Role.INT, 0, doc="seed of the rounding's random bits, which hash (seed, step, grad, stored codes) "
                                  "per element: the same on every backend, shard and thread count"),
     *_common_tail(),
 ), "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.", "lamb16_step",

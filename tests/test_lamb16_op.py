@@ -13,7 +13,7 @@ from conftest import MIXED_SHAPES, clone_lists, equal, noncontiguous_like, randn
 import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb._inductor.backends import TorchBackend
-from inductor_lamb.rounding import tensor_key
+from inductor_lamb.rounding import element_hash, tensor_key
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from lamb16_accuracy import gradient_stream  # noqa: E402  (issue 17's stream, shared with the benchmark)
@@ -323,10 +323,10 @@ def test_float8_encoding_matches_torch_conversion(cap, stochastic):
     v = (g * g) * torch.tensor(1 - torch.tensor(0.999).item(), dtype=torch.float32)
     sm, sv = reference.fp8_scale(m, E4M3), reference.fp8_scale(v, E5M2)
     assert lists[4][0].item() == sm.item() and lists[5][0].item() == sv.item()
-    key = tensor_key(TorchBackend(), 1234, lists[6][0])
-    m_rounding, v_rounding = ((key, g, codes[0][0]), (key, g, codes[1][0])) if stochastic else (None, None)
-    assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3, m_rounding))
-    assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2, v_rounding))
+    B = TorchBackend()
+    hashes = element_hash(B, tensor_key(B, 1234, lists[6][0]), g, codes[0][0], codes[1][0]) if stochastic else None
+    assert equal(lists[2][0], reference.fp8_encode(m, sm, E4M3, hashes))
+    assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2, hashes))
 
 
 def test_nonfinite_values_encode_alike_on_every_capability():

@@ -16,7 +16,7 @@ from conftest import clone_lists, equal
 import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb._inductor.backends import TorchBackend
-from inductor_lamb.rounding import stochastic_round, tensor_key
+from inductor_lamb.rounding import element_hash, stochastic_round, tensor_key
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 import lamb16_accuracy  # noqa: E402
@@ -45,9 +45,9 @@ def test_rounds_to_a_neighbour_without_bias(dtype):
     reps = 20000
     x = xs.repeat_interleave(reps)
     grads = torch.randn(x.numel(), generator=gen)
-    codes = torch.randint(0, 256, (x.numel(),), generator=gen, dtype=torch.uint8).view(dtype)
-    key = tensor_key(B, 7, torch.tensor(3.0))
-    r = stochastic_round(B, x, key, grads, codes, dtype)
+    m_codes, v_codes = torch.randint(0, 256, (2, x.numel()), generator=gen, dtype=torch.uint8).view(E4M3).unbind()
+    hashes = element_hash(B, tensor_key(B, 7, torch.tensor(3.0)), grads, m_codes, v_codes.view(E5M2))
+    r = stochastic_round(B, x, hashes, dtype)
     assert equal(r.to(dtype).float(), r), "results must lie on the float8 grid"
     r = r.view(len(xs), reps).double()
     for i, v in enumerate(xs.double()):
@@ -65,10 +65,29 @@ def test_rounds_to_a_neighbour_without_bias(dtype):
 def test_grid_values_zeros_and_nonfinite_pass_through(dtype):
     g = grid(dtype)
     x = torch.cat([g, -g, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")])])
-    codes = torch.zeros(x.numel(), dtype=torch.uint8).view(dtype)
-    r = stochastic_round(B, x, tensor_key(B, 1, torch.tensor(1.0)), torch.randn(x.numel()), codes, dtype)
+    codes = torch.zeros(x.numel(), dtype=torch.uint8)
+    hashes = element_hash(B, tensor_key(B, 1, torch.tensor(1.0)), torch.randn(x.numel()), codes.view(E4M3),
+                          codes.view(E5M2))
+    r = stochastic_round(B, x, hashes, dtype)
     assert torch.equal(r.view(torch.int32), x.view(torch.int32)[: r.numel()]) or \
         torch.equal(r[:-1].view(torch.int32), x[:-1].view(torch.int32)) and r[-1].isnan()
+
+
+def test_m_and_v_draw_independent_bits():
+    """One hash per element feeds both moments (its high 16 bits m, its low 16 bits
+    v): over elements half-way between grid neighbours, m's and v's up/down draws
+    are uncorrelated (and a draw does not follow the element's codes alone)."""
+    gen = torch.Generator().manual_seed(4)
+    n = 40000
+    m_codes, v_codes = torch.randint(0, 256, (2, n), generator=gen, dtype=torch.uint8).unbind()
+    hashes = element_hash(B, tensor_key(B, 3, torch.tensor(9.0)), torch.randn(n, generator=gen),
+                          m_codes.view(E4M3), v_codes.view(E5M2))
+    up_m = stochastic_round(B, torch.full((n,), 1.0625), hashes, E4M3) > 1.0625  # between 1 and 1.125
+    up_v = stochastic_round(B, torch.full((n,), 1.125), hashes, E5M2) > 1.125  # between 1 and 1.25
+    for up in (up_m, up_v):
+        assert abs(up.double().mean().item() - 0.5) < 5 * 0.5 / n**0.5
+    corr = ((up_m.double() - 0.5) * (up_v.double() - 0.5)).mean().item() * 4
+    assert abs(corr) < 5 / n**0.5, corr
 
 
 def test_tensor_key_matches_the_cpp_constants():

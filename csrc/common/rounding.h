@@ -7,13 +7,12 @@
 // integer steps in torch (inductor_lamb/rounding.py); tests hold them to the same
 // bits.
 //
-// Random bits: a 32-bit hash per element and moment of (seed, step, the float32
-// bits of the gradient divided by grad_scale, i.e. float32 g * (1.f / grad_scale),
-// the moment's stored code before the step), so the
-// rounding of an element depends only on its own inputs: not on its position,
-// the list it sits in, the shard it lives on, the thread count or the backend.
-// (Each moment hashes its own code only: the compiled step writes m8 before it
-// computes v8, and must not read the new m8 there.) The high 16 bits dither.
+// Random bits: one 32-bit hash per element of (seed, step, the float32 bits of
+// the gradient divided by grad_scale, i.e. float32 g * (1.f / grad_scale), the
+// element's stored m and v codes before the step), so the rounding of an element
+// depends only on its own inputs: not on its position, the list it sits in, the
+// shard it lives on, the thread count or the backend. Its high 16 bits dither m,
+// its low 16 bits v.
 //
 // Rounding: a float32 |x| on the float8 grid's normal range keeps the top
 // 23 - kDrop mantissa bits of |x| + dither (dither uniform below the dropped
@@ -32,16 +31,17 @@ constexpr uint32_t kMix1 = 0x7feb352du, kMix2 = 0x846ca68bu;  // "lowbias32" (C.
 constexpr uint32_t kCodeMul = 0x9e3779b9u;                   // spreads a code over 32 bits
 
 // The float8 grids of LAMB16's moments: kDrop float32 mantissa bits are dropped
-// in the normal range; kMinNormalBits is 2^Emin's float32 bit pattern.
-struct E4M3 {
-  static constexpr int kDrop = 20;                   // 3 mantissa bits
+// in the normal range; kMinNormalBits is 2^Emin's float32 bit pattern; the
+// moment's 16 random bits sit at kHashShift in the element's hash.
+struct E4M3 {  // m
+  static constexpr int kDrop = 20;                         // 3 mantissa bits
   static constexpr uint32_t kMinNormalBits = 0x3c800000u;  // 2^-6
-  static constexpr uint32_t kCodeTag = 0;            // m's code as it is
+  static constexpr int kHashShift = 16;
 };
-struct E5M2 {
-  static constexpr int kDrop = 21;                   // 2 mantissa bits
+struct E5M2 {  // v
+  static constexpr int kDrop = 21;                         // 2 mantissa bits
   static constexpr uint32_t kMinNormalBits = 0x38800000u;  // 2^-14
-  static constexpr uint32_t kCodeTag = 0x100u;       // v's code tagged: m and v never share bits
+  static constexpr int kHashShift = 0;
 };
 
 template <typename U>
@@ -62,24 +62,25 @@ INDUCTOR_LAMB_HD uint32_t tensor_key(int64_t seed, float step) {
                        static_cast<uint32_t>(s));
 }
 
-// An element's 32 random bits for the moment stored on Grid: grad_bits the bits
-// of g * (1.f / grad_scale) in float32, code the moment's stored byte before the step.
-// The gradient enters truncated to bfloat16 (7 mantissa bits): two computations of one
-// gradient that differ in the last float32 bits (an eager and a compiled
-// backward) give different random bits for about 2^-16 of the elements per ulp,
-// not for all of them.
+// An element's 32 random bits: grad_bits the bits of g * (1.f / grad_scale) in
+// float32, m_code / v_code its stored bytes before the step. The gradient enters
+// truncated to bfloat16 (7 mantissa bits): two computations of one gradient that
+// differ in the last float32 bits (an eager and a compiled backward) give
+// different random bits for about 2^-16 of the elements per ulp, not for all of
+// them. The codes keep elements with equal gradients (e.g. rows of zeros)
+// from sharing bits unless their whole state is equal too.
 constexpr uint32_t kGradMask = 0xffff0000u;
 
-template <typename Grid, typename U>
-INDUCTOR_LAMB_HD U element_hash(uint32_t key, const U& grad_bits, const U& code) {
-  return mix<U>((grad_bits & U(kGradMask)) ^ ((code | U(Grid::kCodeTag)) * kCodeMul) ^ U(key));
+template <typename U>
+INDUCTOR_LAMB_HD U element_hash(uint32_t key, const U& grad_bits, const U& m_code, const U& v_code) {
+  return mix<U>((grad_bits & U(kGradMask)) ^ ((m_code | (v_code << 8)) * kCodeMul) ^ U(key));
 }
 
-// 16 random bits of the hash as a dither below the kDrop dropped bits, centred
-// (half a step added) so that 16 bits give an unbiased rounding to 2^-17.
+// The moment's 16 random bits of the hash as a dither below the kDrop dropped
+// bits, centred (half a step added) so that 16 bits give an unbiased rounding to 2^-17.
 template <typename Grid, typename U>
 INDUCTOR_LAMB_HD U dither(const U& hash) {
-  return ((hash >> 16) << (Grid::kDrop - 16)) + U(1u << (Grid::kDrop - 17));
+  return (((hash >> Grid::kHashShift) & U(0xffffu)) << (Grid::kDrop - 16)) + U(1u << (Grid::kDrop - 17));
 }
 
 // x (finite values within the float8 format's range; anything else passes)

@@ -370,9 +370,9 @@ struct VecLanes {
 #endif
 
 // LAMB16's stochastic rounding of one loop step (n <= kWidth elements): m and v
-// (clamped, scaled by the new scales) rounded onto the float8 grids, with random
-// bits from (key, the grads g divided by grad_scale, the stored bytes m8 / v8
-// before the step).
+// (clamped, scaled by the new scales) rounded onto the float8 grids, with one
+// hash per element of (key, the grads g divided by grad_scale, the stored bytes
+// m8 / v8 before the step).
 inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m8, const uint8_t* v8, int64_t n,
                                      F2& m, F2& v) {
   using namespace rounding;
@@ -387,9 +387,9 @@ inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
   constexpr int64_t W = fVec::size();
   const auto half = [&](const fVec& gh, int64_t off, fVec& mh, fVec& vh) {
-    const U32Vec gb = VecLanes::as_bits(gh);
-    mh = stochastic_round<E4M3, VecLanes>(mh, dither<E4M3>(element_hash<E4M3>(key, gb, VecLanes::widen(mb + off))));
-    vh = stochastic_round<E5M2, VecLanes>(vh, dither<E5M2>(element_hash<E5M2>(key, gb, VecLanes::widen(vb + off))));
+    const U32Vec h = element_hash(key, VecLanes::as_bits(gh), VecLanes::widen(mb + off), VecLanes::widen(vb + off));
+    mh = stochastic_round<E4M3, VecLanes>(mh, dither<E4M3>(h));
+    vh = stochastic_round<E5M2, VecLanes>(vh, dither<E5M2>(h));
   };
   half(g.a, 0, m.a, v.a);
   half(g.b, W, m.b, v.b);
@@ -399,9 +399,9 @@ inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m
   m.a.store(ms), m.b.store(ms + fVec::size());
   v.a.store(vs), v.b.store(vs + fVec::size());
   for (int64_t k = 0; k < n; ++k) {
-    const uint32_t gb = ScalarLanes::as_bits(gs[k]);
-    ms[k] = stochastic_round<E4M3, ScalarLanes>(ms[k], dither<E4M3>(element_hash<E4M3>(key, gb, uint32_t(mb[k]))));
-    vs[k] = stochastic_round<E5M2, ScalarLanes>(vs[k], dither<E5M2>(element_hash<E5M2>(key, gb, uint32_t(vb[k]))));
+    const uint32_t h = element_hash(key, ScalarLanes::as_bits(gs[k]), uint32_t(mb[k]), uint32_t(vb[k]));
+    ms[k] = stochastic_round<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h));
+    vs[k] = stochastic_round<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h));
   }
   m = {fVec::loadu(ms), fVec::loadu(ms + fVec::size())};
   v = {fVec::loadu(vs), fVec::loadu(vs + fVec::size())};

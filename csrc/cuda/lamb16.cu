@@ -90,9 +90,9 @@ __global__ void pass2(Launch l, lamb16::Hyper h) {
     float m_code = e.m_code(m), v_code = e.v_code(v);
     if (h.stochastic_rounding) {
       using namespace rounding;
-      const uint32_t g_bits = ScalarLanes::as_bits(g);
-      m_code = stochastic_round<E4M3, ScalarLanes>(m_code, dither<E4M3>(element_hash<E4M3>(key, g_bits, m_old)));
-      v_code = stochastic_round<E5M2, ScalarLanes>(v_code, dither<E5M2>(element_hash<E5M2>(key, g_bits, v_old)));
+      const uint32_t hash = element_hash(key, ScalarLanes::as_bits(g), m_old, v_old);
+      m_code = stochastic_round<E4M3, ScalarLanes>(m_code, dither<E4M3>(hash));
+      v_code = stochastic_round<E5M2, ScalarLanes>(v_code, dither<E5M2>(hash));
     }
     store_codes(t, i, m_code, v_code);
   }

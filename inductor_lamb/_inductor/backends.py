@@ -74,6 +74,12 @@ class Backend:
     def scalar(self, a):
         """Marks per-tensor scalar math (beta powers, trust ratios) to be computed
         once, not inside every element loop that uses it."""
+        return self.shared(a)
+
+    def shared(self, a):
+        """Marks values computed once from the inputs as they are now, for readers
+        that may come after an assign to those inputs (the IR re-reads an unrealized
+        value's inputs at each use)."""
         return a
 
     def pack(self, columns: list[list[Any]], like: Any, k: int) -> Any:
@@ -147,7 +153,7 @@ class IRBackend(Backend):
             return self.L.full_like(like, float(x))
         return x
 
-    def scalar(self, a):
+    def shared(self, a):
         for x in a if isinstance(a, list) else [a]:
             x.realize()
         return a

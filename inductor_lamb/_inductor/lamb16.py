@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..reference import FP8_MAX
-from ..rounding import stochastic_round, tensor_key
+from ..rounding import element_hash, stochastic_round, tensor_key
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
@@ -65,10 +65,10 @@ def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) ->
 
     m_new = B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX)
     v_new = B.minimum(B.mul(v, inv_v_scale), _V_MAX)
-    if a.stochastic_rounding:  # each hashes its own stored code: read before its assign
-        key = tensor_key(B, a.seed, a.steps)
-        m_new = stochastic_round(B, m_new, key, g, a.exp_avgs, torch.float8_e4m3fn)
-        v_new = stochastic_round(B, v_new, key, g, a.exp_avg_sqs, torch.float8_e5m2)
+    if a.stochastic_rounding:  # one hash of both old codes, computed before either assign
+        hashes = element_hash(B, tensor_key(B, a.seed, a.steps), g, a.exp_avgs, a.exp_avg_sqs)
+        m_new = stochastic_round(B, m_new, hashes, torch.float8_e4m3fn)
+        v_new = stochastic_round(B, v_new, hashes, torch.float8_e5m2)
 
     assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))
     B.assign(a.exp_avgs, m_new)

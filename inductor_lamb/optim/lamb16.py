@@ -33,7 +33,7 @@ class Lamb16(FusedOptimizer):
     with the probabilities that make the stored value right on average, so the
     moments do not drift (at ``beta2 = 0.999`` a step changes v by 0.1%, far
     below float8's 12-25% spacing, and round to nearest loses it). The random
-    bits hash (``seed``, step, the element's gradient, its stored code), so the
+    bits hash (``seed``, step, the element's gradient, its stored m and v codes), so the
     result is the same on every backend, shard and thread count, and a resumed
     checkpoint (the seed is a param-group option) continues bit for bit.
 

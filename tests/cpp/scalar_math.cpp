@@ -75,9 +75,10 @@ void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, cons
     v8[i] = e2.v_code(v);
     if (h.stochastic_rounding) {
       using namespace rounding;
-      const uint32_t key = tensor_key(seed, step), gb = ScalarLanes::as_bits(gs);
-      m8[i] = stochastic_round<E4M3, ScalarLanes>(m8[i], dither<E4M3>(element_hash<E4M3>(key, gb, uint32_t(m_codes[i]))));
-      v8[i] = stochastic_round<E5M2, ScalarLanes>(v8[i], dither<E5M2>(element_hash<E5M2>(key, gb, uint32_t(v_codes[i]))));
+      const uint32_t hash = element_hash(tensor_key(seed, step), ScalarLanes::as_bits(gs), uint32_t(m_codes[i]),
+                                         uint32_t(v_codes[i]));
+      m8[i] = stochastic_round<E4M3, ScalarLanes>(m8[i], dither<E4M3>(hash));
+      v8[i] = stochastic_round<E5M2, ScalarLanes>(v8[i], dither<E5M2>(hash));
     }
   }
 }
