@@ -274,11 +274,10 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
 
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
 // sqrt and division dominate the element loops once the data sits in cache
-// (about 20 cycles per AVX512 vector each, 10-14 per AVX2 vector on Zen); they
-// are replaced by the hardware estimates (14 bits on AVX512, 12 on AVX2) refined
-// by one Newton step each (within 2 ulp of the exact value on AVX512, 4 on AVX2).
-// Lanes where that could go wrong (x = inf or NaN, or sqrt(x) + eps == 0, i.e.
-// eps == 0, or below FLT_MIN) take the exact path.
+// (about 20 cycles per AVX512 vector each); on AVX512 they are replaced by the
+// 14-bit estimates refined by one Newton step each (within 2 ulp of the exact
+// value). Lanes where that could go wrong (x = inf, or sqrt(x) + eps == 0, i.e.
+// eps == 0) take the exact path.
 inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
 #if defined(CPU_CAPABILITY_AVX512)
   const __m512 vx = x, veps = eps;
@@ -292,20 +291,6 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   const __mmask16 ok = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ) &
                        _mm512_cmp_ps_mask(d, _mm512_set1_ps(3.0e38f), _CMP_LT_OQ);
   if (ok == 0xFFFF) return fVec(r);
-#elif defined(CPU_CAPABILITY_AVX2)
-  const __m256 vx = x, veps = eps;
-  __m256 y = _mm256_rsqrt_ps(vx);
-  const __m256 half_x = _mm256_mul_ps(vx, _mm256_set1_ps(0.5f));
-  y = _mm256_mul_ps(y, _mm256_fnmadd_ps(_mm256_mul_ps(half_x, y), y, _mm256_set1_ps(1.5f)));  // y (1.5 - x y^2 / 2)
-  const __m256 positive = _mm256_cmp_ps(vx, _mm256_setzero_ps(), _CMP_GT_OQ);
-  const __m256 d = _mm256_add_ps(_mm256_and_ps(positive, _mm256_mul_ps(vx, y)), veps);  // sqrt(x) + eps
-  __m256 r = _mm256_rcp_ps(d);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.f)));  // r (2 - d r)
-  const __m256 ok = _mm256_and_ps(
-      _mm256_and_ps(_mm256_cmp_ps(d, _mm256_set1_ps(std::numeric_limits<float>::min()), _CMP_GE_OQ),
-                    _mm256_cmp_ps(d, _mm256_set1_ps(3.0e38f), _CMP_LT_OQ)),
-      _mm256_cmp_ps(vx, vx, _CMP_ORD_Q));
-  if (_mm256_movemask_ps(ok) == 0xFF) return fVec(r);
 #endif
   return fVec(1.f) / (x.sqrt() + eps);
 }
