@@ -1,6 +1,6 @@
 """Language-model evidence for LAMB16: AdamW vs LAMB vs LAMB16 on a small GPT-2.
 
-    pip install --no-deps transformers tokenizers safetensors huggingface-hub  # or plain `pip install transformers`
+    pip install transformers  # needs no torch of its own
     python benchmarks/lm_convergence.py [--steps 500] [--seeds 0] [--threads 2] \
         [--plot benchmarks/lm_convergence.png] [--json benchmarks/lm_convergence.json]
 
