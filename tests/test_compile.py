@@ -254,8 +254,8 @@ lamb_step_ x100: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)""")
             use_path(path)
             lines.append(f"{path}: {code_summary('lamb_step_', 12)}")
         self.assertExpectedInline("\n".join(lines), """\
-decomposition: 1 kernel(s), 0 external lamb call(s)
-external: 0 kernel(s), 1 external lamb call(s)""")
+decomposition: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
+external: 0 kernel(s), 1 external lamb call(s), 0 temporary buffer(s)""")
 
 
 def test_cpp_wrapper_runs_the_uncapped_function():
@@ -421,8 +421,8 @@ def test_per_op_paths():
     assert inductor_lamb.compile_path("lamb_step_") == "lowering"
     assert inductor_lamb.compile_path() == "mixed"
     assert lowering_mod.CacheKeyPass().uuid() != key
-    assert code_summary("lamb16_step_", 4) == "0 kernel(s), 1 external lamb call(s)"
-    assert code_summary("lamb_step_", 4) == "1 kernel(s), 0 external lamb call(s)"
+    assert code_summary("lamb16_step_", 4) == "0 kernel(s), 1 external lamb call(s), 0 temporary buffer(s)"
+    assert code_summary("lamb_step_", 4) == "1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)"
     assert inductor_lamb.set_compile_path("lowering", ops="lamb16_step_") == "lowering"
     assert inductor_lamb.compile_path() == "lowering" and lowering_mod.CacheKeyPass().uuid() == key
 
