@@ -43,12 +43,19 @@ def run_rank(rank: int, world: int, init_file: str, case: str, args: tuple) -> N
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         globals()[case](rank, world, *args)
+        dist.barrier()  # no rank tears its connections down while another still talks
     except BaseException:
         # (the traceback of every failing rank, not only the first one)
         traceback.print_exc()
         raise
     finally:
         dist.destroy_process_group()
+    # A passing rank leaves without interpreter finalization: gloo's threads sometimes
+    # outlive it there and abort the process ("terminate called without an active
+    # exception", SIGABRT) after the case has passed, failing the test at random.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def set_lr(opt: torch.optim.Optimizer, k: int) -> None:
