@@ -5,7 +5,7 @@ Three paths, best first; :func:`compile_path` says which one is active:
 ``"lowering"``
     An Inductor lowering per op (``register_lowering``) writes the step in
     Inductor IR with ``mutate_to`` on the list arguments, so the compiled graph
-    runs the whole step, all params, in one generated C++ function on CPU (a few
+    runs the whole step, all params, in generated C++ on CPU (a function per ~40 params; a few
     Triton kernels on GPU) fused with the rest of the graph.
 ``"decomposition"``
     When the lowering cannot be installed (Inductor internals moved), the same

@@ -82,6 +82,18 @@ class Backend:
         value's inputs at each use)."""
         return a
 
+    def per_tensor(self, values: list[Any], n: int) -> list[Any]:
+        """The 0-d tensors ``values`` (lr, betas, grad_scale, found_inf: shared by
+        every param) as the math of each of the ``n`` params should read them: the
+        values themselves (broadcast), or one list of ``n`` per-param copies each
+        (IRBackend, for compile time)."""
+        return values
+
+    @staticmethod
+    def item(x: Any, i: int) -> Any:
+        """Param ``i``'s value of ``x``: ``x[i]`` for a per-param list, else ``x``."""
+        return x[i] if isinstance(x, list) else x
+
     def pack(self, columns: list[list[Any]], like: Any, k: int) -> Any:
         """A two-phase op's reductions: ``columns[j][i]`` (k columns of n 0-d values; no
         columns when n == 0) as one float32 [n, k] tensor on ``like``'s device; zeros
@@ -158,6 +170,39 @@ class IRBackend(Backend):
             x.realize()
         return a
 
+    def per_tensor(self, values, n):
+        """Each param's loops read a [k] buffer of their own holding the k shared
+        values. Why: Inductor's scheduler checks every pair of nodes that read a
+        common buffer as a fusion candidate (up to 64 neighbours each, about 0.4 ms
+        a check, every fusion round), so 0-d inputs read by every param's loops cost
+        ~600 checks per param and made fusion most of a cold compile (RESULTS.md,
+        issue 18). Now only the n packet nodes share the inputs, and being alike in
+        shape they fuse among themselves in the first round."""
+        from torch._inductor import ir
+        from torch._inductor.virtualized import ops
+
+        if not values or n == 0:
+            return values
+        # (grad_scale / found_inf may be one-element 1-d tensors)
+        loads = [lambda x=x, load=x.make_loader(): load([0] * len(x.get_size())) for x in values]
+
+        def inner_fn(index):
+            j = ops.index_expr(index[0], torch.int32)
+            out = loads[-1]()
+            for jj in reversed(range(len(loads) - 1)):
+                out = ops.where(ops.eq(j, ops.constant(jj, torch.int32)), loads[jj](), out)
+            return out
+
+        sel = self.lw[aten.select.int]
+        out: list[list[Any]] = [[] for _ in values]
+        for _ in range(n):
+            packet = ir.Pointwise.create(device=values[0].get_device(), dtype=torch.float32, inner_fn=inner_fn,
+                                         ranges=[len(values)])
+            packet.realize()
+            for j, col in enumerate(out):
+                col.append(sel(packet, 0, j))
+        return out
+
     def pack(self, columns, like, k):
         lw = self.lw
         n = len(columns[0]) if columns else 0
@@ -167,7 +212,8 @@ class IRBackend(Backend):
                                                                   for x in col], 0), 1) for col in columns]
         out = lw[aten.cat.default](cols, 1)
         if self.found_inf is not None:
-            out = lw[aten.where.self](lw[aten.ne.Scalar](self.found_inf, 0.0), self.L.full_like(out, 0.0), out)
+            skip = lw[aten.ne.Scalar](self.item(self.found_inf, 0), 0.0)
+            out = lw[aten.where.self](skip, self.L.full_like(out, 0.0), out)
         return out
 
     def unpack(self, reductions, k):
@@ -176,10 +222,10 @@ class IRBackend(Backend):
         return [[sel(sel(reductions, 1, j), 0, i) for i in range(n)] for j in range(k)]
 
     def _assign(self, dst, src) -> None:
-        for d, s in zip(dst, src):
+        for i, (d, s) in enumerate(zip(dst, src)):
             dtype = d.get_dtype()
             if self.found_inf is not None:
-                skip = self.lw[aten.ne.Scalar](self.found_inf, 0.0)
+                skip = self.lw[aten.ne.Scalar](self.item(self.found_inf, i), 0.0)
                 if dtype.itemsize == 1:  # float8: Inductor's where cannot promote it; select in float32
                     s = self.lw[aten.where.self](skip, self.L.to_dtype(d, torch.float32), self.L.to_dtype(s, torch.float32))
                 else:
@@ -344,7 +390,7 @@ def scaled_grads(B: Backend, grads: list[Any], grad_scale: Any, factor: float = 
         total = None
         for sq in B.sumsq(g):
             total = sq if total is None else B.add(total, sq)
-        clip = B.scalar(B.maximum(B.div(B.sqrt(total), max_grad_norm), 1.0))
+        (clip,) = B.per_tensor([B.scalar(B.maximum(B.div(B.sqrt(total), max_grad_norm), 1.0))], len(g))
         g = B.div(g, clip)
     return g
 

@@ -33,9 +33,9 @@ def lars_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> N
     adapts = per_param(a.layer_adaptation, n, True)
     g = _grads(B, a)
     p = master_or_params(B, a.params, a.master_params)
-    lr = a.lr
     local_lr = []
     for i in range(n):
+        lr = B.item(a.lr, i)
         if adapts[i] and wds[i] > 0:
             p_norm, g_norm = B.sqrt(reductions[0][i]), B.sqrt(reductions[1][i])
             trust = B.div(B.mul(B.mul(p_norm, a.lars_coeff), lr), B.add(B.add(g_norm, B.mul(p_norm, wds[i])), a.eps))

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..spec import SPECS, check
-from . import arg_cap, cache_key
+from ..spec import SPECS, Role, check
+from . import cache_key
 
 __all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
 
@@ -40,7 +40,7 @@ def _step_functions() -> dict[str, Callable[..., Any]]:
             out[spec.name] = lambda B, a, reduce=reduce, apply=apply: (apply(B, a, reduce(B, a)) if a.params else None)
         elif spec.phase == "reduce":
             reduce, k = phases[spec.step][0], len(spec.reductions)
-            out[spec.name] = lambda B, a, reduce=reduce, k=k: B.pack(reduce(B, a) if a.params else [], a.lr, k)
+            out[spec.name] = lambda B, a, reduce=reduce, k=k: B.pack(reduce(B, a) if a.params else [], B.item(a.lr, 0), k)
         elif spec.phase == "apply":
             apply, k = phases[spec.step][1], len(spec.reductions)
             out[spec.name] = lambda B, a, apply=apply, k=k: (apply(B, a, B.unpack(a.reductions, k)) if a.params
@@ -76,9 +76,12 @@ def _install_lowering(name: str) -> None:
 
     def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
-        arg_cap.mark_graph()
         B = IRBackend()
         a = SimpleNamespace(**spec.bind(args, kwargs))
+        shared = [x.name for x in spec.args if x.role in (Role.TENSOR, Role.OPT_TENSOR)
+                  and getattr(a, x.name) is not None]
+        for name, values in zip(shared, B.per_tensor([getattr(a, k) for k in shared], len(a.params))):
+            setattr(a, name, values)
         B.found_inf = a.found_inf
         out = step(B, a)
         return out if spec.phase == "reduce" else ()
@@ -86,7 +89,6 @@ def _install_lowering(name: str) -> None:
     register_lowering(spec.op, type_promotion_kind=None)(lowering)
     _state["lowered"][name] = spec.op
     assert spec.op in lowerings
-    arg_cap.lift_for_our_graphs()
 
 
 def _install_decomposition(name: str) -> None:
@@ -112,11 +114,6 @@ def _uninstall(name: str) -> None:
         from torch._inductor.lowering import lowerings
 
         lowerings.pop(op, None)
-    if not _state["lowered"]:
-        try:
-            arg_cap.restore()
-        except Exception:  # noqa: BLE001
-            pass
     lib = _state["libraries"].pop(name, None)
     if lib is not None:
         lib._destroy()

@@ -152,7 +152,8 @@ def _group_device(group: dict[str, Any]) -> torch.device:
 
 class FusedOptimizer(Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
-    (device, dtype, sharding) bucket of each param group.
+    (device, dtype, sharding) bucket of each param group (per chunk of
+    ``max_tensors_per_call`` params of a bigger bucket).
 
     Subclasses set ``_op``, the spec of their one-call op, and ``_state_keys``
     (state tensors created like the param), optionally ``_scalar_state_keys``
@@ -165,6 +166,12 @@ class FusedOptimizer(Optimizer):
     DTensor params (FSDP2, HSDP, tensor parallel) step on their local shards
     with exact per-tensor norms: :mod:`._sharding`.
     """
+
+    # Params per op call: a bucket with more takes several calls. Why: Inductor's
+    # post-grad pass (decompose_auto_functionalized) is quadratic in the tensors one
+    # mutating call writes, 28 s of a cold compile at 256 params in one call
+    # (RESULTS.md, issue 18); the generated code is the same per param either way.
+    max_tensors_per_call: int = 64
 
     # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
     # instead of unscaling the grads in a separate pass.
@@ -415,7 +422,8 @@ class FusedOptimizer(Optimizer):
             # Clipping by the group's global grad norm: the op does it when the
             # group is one unsharded bucket; otherwise the clip folds into grad_scale.
             max_norm = float(group.get("max_grad_norm", 0.0))
-            whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None
+            whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None \
+                and len(next(iter(buckets.values()))["params"]) <= self.max_tensors_per_call
             clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
             for (device, _, _), bucket in buckets.items():
                 grad_scale, found_inf = self._amp_args(device)
@@ -492,13 +500,35 @@ class FusedOptimizer(Optimizer):
                     master_params=bucket.get("master_params") or None)
         if "max_grad_norm" in op.names:
             args["max_grad_norm"] = max_grad_norm
+        n, size = len(bucket["params"]), self.max_tensors_per_call
+        chunks = [self._chunk(args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
         sharding = bucket["sharding"]
         if sharding is None or not sharding.dims or not op.reductions:
-            getattr(ops, op.name)(**args)
+            for chunk in chunks:
+                getattr(ops, op.name)(**chunk)
             return
-        partials = getattr(ops, op.reduce_op)(**args)
-        totals = _sharding.combine(partials, [c.combine for c in op.reductions], sharding)
-        getattr(ops, op.apply_op)(reductions=totals, **args)
+        # one collective for the bucket, whatever its number of op calls
+        partials = [getattr(ops, op.reduce_op)(**chunk) for chunk in chunks]
+        totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
+                                   [c.combine for c in op.reductions], sharding)
+        lo = 0
+        for chunk in chunks:
+            hi = lo + len(chunk["params"])
+            getattr(ops, op.apply_op)(reductions=totals[lo:hi], **chunk)
+            lo = hi
+
+    def _chunk(self, args: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
+        """The op arguments of params ``lo:hi`` of a bucket of ``n``: its lists and
+        per-param options sliced, everything else shared."""
+        if lo == 0 and hi == n:
+            return args
+        out = dict(args)
+        for a in self._op.args:
+            value = args.get(a.name)
+            if isinstance(value, (list, tuple)) and (a.role in _BUCKET_LISTS or a.role is Role.MASTER
+                                                     or (a.role in (Role.FLOATS, Role.BOOLS) and len(value) == n)):
+                out[a.name] = value[lo:hi]
+        return out
 
 
 _BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
