@@ -143,8 +143,6 @@ def compute(cap: str) -> dict[str, str]:
 if __name__ == "__main__":
     # python tests/bit_cases.py [cap ...]: (re)records those capabilities (default:
     # every one this CPU has); the others keep their recorded bits.
-    import sys
-
     data = json.load(open(FIXTURE)) if os.path.exists(FIXTURE) else {}
     for cap in sys.argv[1:] or available_capabilities():
         data[cap] = compute(cap)
