@@ -38,6 +38,7 @@ def lib(tmp_path_factory):
     lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]
     lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
+    lib.rounding_both_ways.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr]
     return lib
 
 
@@ -53,7 +54,7 @@ def set_cap():
 
 
 def ptr(t: torch.Tensor):
-    assert t.is_contiguous() and t.dtype in (torch.float32, torch.uint8)
+    assert t.is_contiguous() and t.dtype in (torch.float32, torch.uint8, torch.int32)
     return ctypes.c_void_p(t.data_ptr())
 
 
@@ -120,6 +121,32 @@ def test_lamb16(lib, cap, set_cap, stochastic):
                                           [torch.tensor(0.0, dtype=torch.float64)]]
     reference.lamb16_step(*r, lr=lr, **hyp)
     close(s_p, r[0][0])
+
+
+def test_stochastic_codes_are_the_encoded_rounded_values(lib):
+    """rounding::stochastic_code (what the CPU kernels store) is c10's code of
+    rounding::stochastic_round's value, over both float8 grids: every finite code,
+    points between neighbours, the subnormal range, zeros and NaN, with random
+    hashes (tie dithers included)."""
+    gen = torch.Generator().manual_seed(0)
+    values = []
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        grid = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+        grid = grid[grid.isfinite()].unique()  # sorted
+        between = grid[:-1] + (grid[1:] - grid[:-1]) * torch.rand(len(grid) - 1, 8, generator=gen).T
+        values += [grid, between.flatten(), (grid[:-1] + grid[1:]) / 2]
+    x = torch.cat(values + [torch.tensor([0.0, -0.0, float("nan"), -float("nan"), 1e-30, -1e-30])])
+    x = x[(x.abs() <= 448) | x.isnan()].repeat(4).contiguous()
+    hashes = torch.randint(-2**31, 2**31, x.shape, generator=gen, dtype=torch.int64).to(torch.int32)
+    hashes[:16] = torch.tensor([0, -1, 0x7FFF, 0x8000, 0xFFFF, 0x10000, 0x7FFF8000, 0x80008000 - 2**32] * 2)
+    out = {k: torch.empty(len(x), dtype=d) for k, d in
+           (("mr", torch.float32), ("mc", torch.uint8), ("vr", torch.float32), ("vc", torch.uint8))}
+    lib.rounding_both_ways(len(x), ptr(x), ptr(hashes), ptr(out["mr"]), ptr(out["mc"]), ptr(out["vr"]), ptr(out["vc"]))
+    assert torch.equal(out["mc"], out["mr"].to(torch.float8_e4m3fn).view(torch.uint8))
+    v_in = x.abs() <= 57344  # (v's grid is non-negative in use; signs are checked too)
+    assert torch.equal(out["vc"][v_in], out["vr"][v_in].to(torch.float8_e5m2).view(torch.uint8))
+    # the rounded values are on the grid (so encoding them is exact)
+    assert torch.equal(out["mr"][x.isfinite()], out["mr"].to(torch.float8_e4m3fn).float()[x.isfinite()])
 
 
 @pytest.mark.parametrize("cap", ["best", "default"])

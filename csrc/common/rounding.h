@@ -33,13 +33,16 @@ constexpr uint32_t kCodeMul = 0x9e3779b9u;                   // spreads a code o
 // The float8 grids of LAMB16's moments: kDrop float32 mantissa bits are dropped
 // in the normal range; kMinNormalBits is 2^Emin's float32 bit pattern; the
 // moment's 16 random bits sit at kHashShift in the element's hash.
+// kMantissa / kBias: the format's mantissa bits and exponent bias (for its codes).
 struct E4M3 {  // m
-  static constexpr int kDrop = 20;                         // 3 mantissa bits
+  static constexpr int kMantissa = 3, kBias = 7;
+  static constexpr int kDrop = 23 - kMantissa;
   static constexpr uint32_t kMinNormalBits = 0x3c800000u;  // 2^-6
   static constexpr int kHashShift = 16;
 };
 struct E5M2 {  // v
-  static constexpr int kDrop = 21;                         // 2 mantissa bits
+  static constexpr int kMantissa = 2, kBias = 15;
+  static constexpr int kDrop = 23 - kMantissa;
   static constexpr uint32_t kMinNormalBits = 0x38800000u;  // 2^-14
   static constexpr int kHashShift = 0;
 };
@@ -99,6 +102,25 @@ INDUCTOR_LAMB_HD typename L::F stochastic_round(const typename L::F& x, const ty
   const U kept = (L::as_bits(L::as_float(mag) + offset) + dither) & U(~((1u << Grid::kDrop) - 1u));
   const U rounded = L::as_bits(L::as_float(kept) - offset) | (bits & U(0x80000000u));
   return L::as_float(L::select(L::less_than(mag, U(0x7f800000u)), rounded, bits));
+}
+
+// The same rounding of x (within the format's finite range, as the moments' clamps
+// leave them, or NaN), returned as the float8 code of the rounded value: the byte
+// c10's encoder gives for it, in the low 8 bits of each lane. The rounded float32
+// bits already hold the code (exponent re-biased, top mantissa bits; in the
+// subnormal range less the implicit bit of 2^Emin), so no encoder has to run: the
+// CPU kernels store these (tests/test_shared_math.py checks them against
+// stochastic_round + c10's encoder on the whole grid).
+template <typename Grid, typename L>
+INDUCTOR_LAMB_HD typename L::U stochastic_code(const typename L::F& x, const typename L::U& dither) {
+  using U = typename L::U;
+  const U bits = L::as_bits(x);
+  const U mag = bits & U(0x7fffffffu);
+  const U subnormal = L::less_than(mag, U(Grid::kMinNormalBits));
+  const U kept = L::as_bits(L::as_float(mag) + L::as_float(subnormal & U(Grid::kMinNormalBits))) + dither;
+  const U code = (kept >> Grid::kDrop) - U(uint32_t(127 - Grid::kBias) << Grid::kMantissa) -
+                 (subnormal & U(1u << Grid::kMantissa));
+  return L::select(L::less_than(mag, U(0x7f800000u)), code, U(0x7fu)) | ((bits >> 24) & U(0x80u));
 }
 
 // Scalar lanes: the CUDA kernels, the host and the generic CPU build.

@@ -66,14 +66,15 @@ void pass2(const Lamb16Args& args) {
       r.p.a = r.p.a - step_size * r.u.a;
       r.p.b = r.p.b - step_size * r.u.b;
       store_param(param, t.master, i, n, r.p);
-      M8* m8 = static_cast<M8*>(t.state[0]) + i;
-      V8* v8 = static_cast<V8*>(t.state[1]) + i;
-      F2 m{e.m_code(r.m.a), e.m_code(r.m.b)}, v{e.v_code(r.v.a), e.v_code(r.v.b)};
-      if (args.stochastic_rounding)  // reads the bytes the stores below overwrite
-        stochastic_round_moments(k.round_key, r.g, reinterpret_cast<const uint8_t*>(m8),
-                                 reinterpret_cast<const uint8_t*>(v8), n, m, v);
-      store2(m8, n, m);
-      store2(v8, n, v);
+      uint8_t* m8 = static_cast<uint8_t*>(t.state[0]) + i;
+      uint8_t* v8 = static_cast<uint8_t*>(t.state[1]) + i;
+      const F2 m{e.m_code(r.m.a), e.m_code(r.m.b)}, v{e.v_code(r.v.a), e.v_code(r.v.b)};
+      if (args.stochastic_rounding) {
+        stochastic_store_moments(k.round_key, r.g, m8, v8, n, m, v);
+      } else {
+        store2(reinterpret_cast<M8*>(m8), n, m);
+        store2(reinterpret_cast<V8*>(v8), n, v);
+      }
     });
   });
 }

@@ -320,6 +320,7 @@ inline IReg i_xor(IReg a, IReg b) { return _mm512_xor_si512(a, b); }
 inline IReg i_and(IReg a, IReg b) { return _mm512_and_si512(a, b); }
 inline IReg i_or(IReg a, IReg b) { return _mm512_or_si512(a, b); }
 inline IReg i_add(IReg a, IReg b) { return _mm512_add_epi32(a, b); }
+inline IReg i_sub(IReg a, IReg b) { return _mm512_sub_epi32(a, b); }
 inline IReg i_mul(IReg a, IReg b) { return _mm512_mullo_epi32(a, b); }
 inline IReg i_srl(IReg a, int k) { return _mm512_srli_epi32(a, k); }
 inline IReg i_sll(IReg a, int k) { return _mm512_slli_epi32(a, k); }
@@ -330,6 +331,7 @@ inline IReg i_xor(IReg a, IReg b) { return _mm256_xor_si256(a, b); }
 inline IReg i_and(IReg a, IReg b) { return _mm256_and_si256(a, b); }
 inline IReg i_or(IReg a, IReg b) { return _mm256_or_si256(a, b); }
 inline IReg i_add(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
+inline IReg i_sub(IReg a, IReg b) { return _mm256_sub_epi32(a, b); }
 inline IReg i_mul(IReg a, IReg b) { return _mm256_mullo_epi32(a, b); }
 inline IReg i_srl(IReg a, int k) { return _mm256_srli_epi32(a, k); }
 inline IReg i_sll(IReg a, int k) { return _mm256_slli_epi32(a, k); }
@@ -343,6 +345,7 @@ struct U32Vec {
   friend U32Vec operator&(U32Vec a, U32Vec b) { return i_and(a.v, b.v); }
   friend U32Vec operator|(U32Vec a, U32Vec b) { return i_or(a.v, b.v); }
   friend U32Vec operator+(U32Vec a, U32Vec b) { return i_add(a.v, b.v); }
+  friend U32Vec operator-(U32Vec a, U32Vec b) { return i_sub(a.v, b.v); }
   friend U32Vec operator*(U32Vec a, uint32_t c) { return i_mul(a.v, i_set1(c)); }
   friend U32Vec operator>>(U32Vec a, int k) { return i_srl(a.v, k); }
   friend U32Vec operator<<(U32Vec a, int k) { return i_sll(a.v, k); }
@@ -357,42 +360,59 @@ struct VecLanes {
     return _mm512_maskz_set1_epi32(_mm512_cmplt_epi32_mask(a.v, b.v), -1);
   }
   static U select(const U& mask, const U& a, const U& b) { return _mm512_ternarylogic_epi32(mask.v, a.v, b.v, 0xCA); }
-  // the stored bytes of kWidth / 2 elements, widened to uint32 lanes
+  // the stored bytes of kWidth / 2 elements, widened to uint32 lanes; and back
   static U widen(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(a.v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(b.v));
+  }
 #else
   static U as_bits(const F& x) { return _mm256_castps_si256(x); }
   static F as_float(const U& u) { return _mm256_castsi256_ps(u.v); }
   static U less_than(const U& a, const U& b) { return _mm256_cmpgt_epi32(b.v, a.v); }  // both below 2^31
   static U select(const U& mask, const U& a, const U& b) { return _mm256_blendv_epi8(b.v, a.v, mask.v); }
   static U widen(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, b.v), 0xD8);  // 16 x uint16, in order
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                     _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+  }
 #endif
 };
 #endif
 
 // LAMB16's stochastic rounding of one loop step (n <= kWidth elements): m and v
-// (clamped, scaled by the new scales) rounded onto the float8 grids, with one
-// hash per element of (key, the grads g divided by grad_scale, the stored bytes
-// m8 / v8 before the step).
-inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m8, const uint8_t* v8, int64_t n,
-                                     F2& m, F2& v) {
+// (clamped, scaled by the new scales) rounded onto the float8 grids and stored
+// as codes into m8 / v8, with one hash per element of (key, the grads g divided
+// by grad_scale, the bytes m8 / v8 held before the step). The codes come from the
+// rounded bits (rounding::stochastic_code), so no float8 encoder runs.
+inline void stochastic_store_moments(uint32_t key, const F2& g, uint8_t* m8, uint8_t* v8, int64_t n, const F2& m,
+                                     const F2& v) {
   using namespace rounding;
-  uint8_t tail[2][kWidth];  // a tail's bytes, zeros past n
+  // A tail goes through buffers: its old bytes (zeros past n) and its new codes.
+  uint8_t old[2][kWidth], out[2][kWidth];
   const uint8_t *mb = m8, *vb = v8;
+  uint8_t *mo = m8, *vo = v8;
   if (n < kWidth) {
-    std::memset(tail, 0, sizeof(tail));
-    std::memcpy(tail[0], m8, n);
-    std::memcpy(tail[1], v8, n);
-    mb = tail[0], vb = tail[1];
+    std::memset(old, 0, sizeof(old));
+    std::memcpy(old[0], m8, n);
+    std::memcpy(old[1], v8, n);
+    mb = old[0], vb = old[1], mo = out[0], vo = out[1];
   }
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
   constexpr int64_t W = fVec::size();
-  const auto half = [&](const fVec& gh, int64_t off, fVec& mh, fVec& vh) {
-    const U32Vec h = element_hash(key, VecLanes::as_bits(gh), VecLanes::widen(mb + off), VecLanes::widen(vb + off));
-    mh = stochastic_round<E4M3, VecLanes>(mh, dither<E4M3>(h));
-    vh = stochastic_round<E5M2, VecLanes>(vh, dither<E5M2>(h));
-  };
-  half(g.a, 0, m.a, v.a);
-  half(g.b, W, m.b, v.b);
+  U32Vec mc[2] = {U32Vec(0u), U32Vec(0u)}, vc[2] = {U32Vec(0u), U32Vec(0u)};
+  const fVec* gs[2] = {&g.a, &g.b};
+  const fVec* ms[2] = {&m.a, &m.b};
+  const fVec* vs[2] = {&v.a, &v.b};
+  for (int k = 0; k < 2; ++k) {
+    const U32Vec h = element_hash(key, VecLanes::as_bits(*gs[k]), VecLanes::widen(mb + k * W),
+                                  VecLanes::widen(vb + k * W));
+    mc[k] = stochastic_code<E4M3, VecLanes>(*ms[k], dither<E4M3>(h));
+    vc[k] = stochastic_code<E5M2, VecLanes>(*vs[k], dither<E5M2>(h));
+  }
+  VecLanes::narrow(mc[0], mc[1], mo);  // (every old byte was read above)
+  VecLanes::narrow(vc[0], vc[1], vo);
 #else
   float gs[kWidth], ms[kWidth], vs[kWidth];
   g.a.store(gs), g.b.store(gs + fVec::size());
@@ -400,12 +420,14 @@ inline void stochastic_round_moments(uint32_t key, const F2& g, const uint8_t* m
   v.a.store(vs), v.b.store(vs + fVec::size());
   for (int64_t k = 0; k < n; ++k) {
     const uint32_t h = element_hash(key, ScalarLanes::as_bits(gs[k]), uint32_t(mb[k]), uint32_t(vb[k]));
-    ms[k] = stochastic_round<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h));
-    vs[k] = stochastic_round<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h));
+    mo[k] = uint8_t(stochastic_code<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h)));
+    vo[k] = uint8_t(stochastic_code<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h)));
   }
-  m = {fVec::loadu(ms), fVec::loadu(ms + fVec::size())};
-  v = {fVec::loadu(vs), fVec::loadu(vs + fVec::size())};
 #endif
+  if (n < kWidth) {
+    std::memcpy(m8, out[0], n);
+    std::memcpy(v8, out[1], n);
+  }
 }
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold

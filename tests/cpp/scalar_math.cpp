@@ -83,6 +83,20 @@ void lamb16_step(int64_t n, float* p, const float* g, float* m8, float* v8, cons
   }
 }
 
+// LAMB16's stochastic rounding of values x with the element hashes `hash`, both
+// ways: the rounded values (stochastic_round, then encoded by the caller) and the
+// codes the CPU kernels store (stochastic_code), for m's grid and v's.
+void rounding_both_ways(int64_t n, const float* x, const uint32_t* hash, float* m_rounded, uint8_t* m_codes,
+                        float* v_rounded, uint8_t* v_codes) {
+  using namespace rounding;
+  for (int64_t i = 0; i < n; ++i) {
+    m_rounded[i] = stochastic_round<E4M3, ScalarLanes>(x[i], dither<E4M3>(hash[i]));
+    m_codes[i] = uint8_t(stochastic_code<E4M3, ScalarLanes>(x[i], dither<E4M3>(hash[i])));
+    v_rounded[i] = stochastic_round<E5M2, ScalarLanes>(x[i], dither<E5M2>(hash[i]));
+    v_codes[i] = uint8_t(stochastic_code<E5M2, ScalarLanes>(x[i], dither<E5M2>(hash[i])));
+  }
+}
+
 // LARS, one tensor; inv_grad_scale = 1 / grad_scale.
 void lars_step(int64_t n, float* p, const float* g, float* buf, double lr, float momentum, double lars_coeff,
                double eps, double rescale_grad, double weight_decay, int layer_adaptation, float inv_grad_scale) {
