@@ -370,6 +370,39 @@ def test_compiled_model_and_compiled_opt_step(opt_name):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opt_name", ["Lamb", "Lars"])
+def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
+    """``torch.compile(opt.step)`` takes its buckets from ``_init_group``, which dynamo
+    runs eagerly (``_buckets`` is never traced), and the guards dynamo installs for
+    it recompile when the layout changes (a param losing its grad). Results match
+    the eager step throughout."""
+    cls, kw = OPTIMIZERS[opt_name]
+    model_e = make_model()
+    model_c = copy.deepcopy(model_e)
+    opts = [cls(m.parameters(), **kw) for m in (model_e, model_c)]
+    calls = {"traced": 0}
+    real = opts[1]._buckets
+
+    def counted(*args):
+        calls["traced"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(opts[1], "_buckets", counted)
+    backend = CountingBackend()
+    cstep = torch.compile(opts[1].step, fullgraph=True, backend=backend)
+    for k, (x, y) in enumerate(batches(4)):
+        for m, o, st in ((model_e, opts[0], opts[0].step), (model_c, opts[1], cstep)):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            if k >= 2:  # the last layer's bias stops getting grads: a new layout
+                list(m.parameters())[-1].grad = None
+            st()
+        for p, q in zip(model_c.parameters(), model_e.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert calls["traced"] == 0
+    assert backend.graphs == 2
+
+
 # ---- install guard and cache key -----------------------------------------------------------
 
 

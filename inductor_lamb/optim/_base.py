@@ -200,6 +200,8 @@ class FusedOptimizer(Optimizer):
                       **{k: a.name for k, a in zip(cls._scalar_state_keys, scalars)}}
         cls._state_dtypes = {k: a.dtype for k, a in zip(cls._state_keys, states)}
         cls._has_step = "steps" in op.names
+        # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
+        cls._flat_lists = (*(a.name for a in op.args if a.role in _BUCKET_LISTS), "master_params")
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
@@ -358,6 +360,78 @@ class FusedOptimizer(Optimizer):
 
     # ---- step ----------------------------------------------------------------------
 
+    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+        """The buckets of param group ``index`` when all its params are plain tensors
+        (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
+        ``_flat_lists``) with every bucket's tensors, bucket after bucket, and returns
+        each bucket's (number of params, has master copies, param names); None, with
+        nothing filled, otherwise (``_buckets`` then handles the group and its errors).
+
+        Why here: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly
+        instead of tracing it, and installs the guards on ``param_groups`` and
+        ``state`` itself (torch/_dynamo/variables/optimizer.py). Traced, this
+        per-param Python was most of dynamo's time on a compiled step (RESULTS.md,
+        issue 18). The result depends only on what those guards check: which params
+        have grads, their devices and dtypes, and the state's keys."""
+        group = self.__dict__["_groups"][index]
+        names = group.get("param_names")
+        buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for i, p in enumerate(group["params"]):
+            g = p.grad
+            if g is None:
+                continue
+            if g.is_sparse or _sharding.is_dtensor(p) or _sharding.is_dtensor(g):
+                return None
+            buckets.setdefault((p.device, p.dtype), []).append(i)
+        states = {i: self._init_state(group["params"][i], group) for ids in buckets.values() for i in ids}
+        if any(_sharding.is_dtensor(t) for state in states.values() for t in state.values()):
+            return None
+        layout = []
+        for ids in buckets.values():
+            masters = sum("master_param" in states[i] for i in ids)
+            if masters not in (0, len(ids)):
+                return None
+            layout.append((len(ids), masters > 0, tuple(names[i] if names else None for i in ids)))
+        out = dict(zip(self._flat_lists, lists))
+        for ids in buckets.values():
+            for i in ids:
+                p, state = group["params"][i], states[i]
+                out["params"].append(p)
+                out["grads"].append(p.grad)
+                for key, arg in self._lists.items():
+                    out[arg].append(state[key])
+                if self._has_step:
+                    out["steps"].append(state["step"])
+                if "master_param" in state:
+                    out["master_params"].append(state["master_param"])
+        return tuple(layout)
+
+    def _group_buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Param group ``index``'s buckets (see ``_buckets``): from ``_init_group`` when
+        it takes the group, else from ``_buckets``."""
+        if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
+            # A backward traced into the same graph (recipe (a)) sets the grads as
+            # pending side effects, which an eager _init_group cannot see: dynamo
+            # refuses it ("pending mutation on parameter"), so trace the buckets.
+            return self._buckets(group, index)
+        lists: list[list[Tensor]] = [[] for _ in self._flat_lists]
+        layout = self._init_group(index, *lists)
+        if layout is None:
+            return self._buckets(group, index)
+        flat = dict(zip(self._flat_lists, lists))
+        buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
+        lo = lo_master = 0
+        for n, has_master, names in layout:
+            b: dict[str, Any] = {k: v[lo:lo + n] for k, v in flat.items() if k != "master_params"}
+            b["sharding"] = None
+            b["names"] = list(names)
+            if has_master:
+                b["master_params"] = flat["master_params"][lo_master:lo_master + n]
+                lo_master += n
+            buckets[(b["params"][0].device, b["params"][0].dtype, None)] = b
+            lo += n
+        return buckets
+
     def _buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
         """Params with a grad, with their state, grouped by (device, dtype,
         sharding); lists are keyed by the op's argument names and hold local
@@ -415,7 +489,7 @@ class FusedOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, self._buckets(group, i)) for i, group in enumerate(self.param_groups)]
+        groups = [(group, self._group_buckets(group, i)) for i, group in enumerate(self.param_groups)]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         for group, buckets in groups:
