@@ -89,6 +89,12 @@ class Backend:
         (IRBackend, for compile time)."""
         return values
 
+    def scalars(self, *values: Any) -> tuple[Any, ...]:
+        """Per-tensor float32 scalars (0-d values, lists of them, or Python floats),
+        marked like :meth:`scalar`, but all of one param's in one buffer (IRBackend:
+        one node per param instead of one per value, for compile time)."""
+        return tuple(self.scalar(v) if not isinstance(v, (int, float)) else v for v in values)
+
     @staticmethod
     def item(x: Any, i: int) -> Any:
         """Param ``i``'s value of ``x``: ``x[i]`` for a per-param list, else ``x``."""
@@ -178,29 +184,54 @@ class IRBackend(Backend):
         ~600 checks per param and made fusion most of a cold compile (RESULTS.md,
         issue 18). Now only the n packet nodes share the inputs, and being alike in
         shape they fuse among themselves in the first round."""
+        if not values or n == 0:
+            return values
+        return self._packets([[x] * n for x in values])
+
+    def scalars(self, *values):
+        """One [k] buffer per param holding its k scalars (each scheduler node costs
+        compile time: RESULTS.md, issue 18); floats pass through."""
+        columns = [j for j, v in enumerate(values) if not isinstance(v, (int, float))]
+        lengths = {len(values[j]) for j in columns if isinstance(values[j], list)}
+        if len(lengths) > 1:
+            raise ValueError(f"list arguments of different lengths: {sorted(lengths)}")
+        n = lengths.pop() if lengths else 1
+        if not columns or n == 0:
+            return values
+        packed = self._packets([values[j] if isinstance(values[j], list) else [values[j]] * n for j in columns])
+        out = list(values)
+        for j, col in zip(columns, packed):
+            out[j] = col if isinstance(values[j], list) else col[0]
+        return tuple(out)
+
+    def _packets(self, columns):
+        """``columns[j][i]`` (k columns of n float32 0-d or one-element values) as n
+        realized [k] buffers, one per param i; returns the k columns of reads of them."""
         from torch._inductor import ir
         from torch._inductor.virtualized import ops
 
-        if not values or n == 0:
-            return values
-        # (grad_scale / found_inf may be one-element 1-d tensors)
-        loads = [lambda x=x, load=x.make_loader(): load([0] * len(x.get_size())) for x in values]
-
-        def inner_fn(index):
-            j = ops.index_expr(index[0], torch.int32)
-            out = loads[-1]()
-            for jj in reversed(range(len(loads) - 1)):
-                out = ops.where(ops.eq(j, ops.constant(jj, torch.int32)), loads[jj](), out)
-            return out
-
         sel = self.lw[aten.select.int]
-        out: list[list[Any]] = [[] for _ in values]
-        for _ in range(n):
-            packet = ir.Pointwise.create(device=values[0].get_device(), dtype=torch.float32, inner_fn=inner_fn,
-                                         ranges=[len(values)])
+        k, n = len(columns), len(columns[0])
+        out: list[list[Any]] = [[] for _ in columns]
+        for i in range(n):
+            row = [col[i] for col in columns]
+            for x in row:
+                if x.get_dtype() != torch.float32:
+                    raise TypeError(f"per-tensor scalars are float32, got {x.get_dtype()}")
+            # (grad_scale / found_inf may be one-element 1-d tensors)
+            loads = [lambda x=x, load=x.make_loader(): load([0] * len(x.get_size())) for x in row]
+
+            def inner_fn(index, loads=loads):
+                j = ops.index_expr(index[0], torch.int32)
+                value = loads[-1]()
+                for jj in reversed(range(len(loads) - 1)):
+                    value = ops.where(ops.eq(j, ops.constant(jj, torch.int32)), loads[jj](), value)
+                return value
+
+            packet = ir.Pointwise.create(device=row[0].get_device(), dtype=torch.float32, inner_fn=inner_fn, ranges=[k])
             packet.realize()
-            for j, col in enumerate(out):
-                col.append(sel(packet, 0, j))
+            for j in range(k):
+                out[j].append(sel(packet, 0, j))
         return out
 
     def pack(self, columns, like, k):

@@ -14,27 +14,39 @@ from typing import Any
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 
-def _update(B: Backend, a: SimpleNamespace, p: list[Any], m: list[Any], v: list[Any], t: list[Any]) -> list[Any]:
-    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p, bias corrections of steps ``t``."""
+def _step_scalars(B: Backend, a: SimpleNamespace, t: list[Any]) -> SimpleNamespace:
+    """The per-tensor scalars of both passes at steps ``t``: 1 - beta1, 1 - beta2 and
+    the inverse bias corrections, one buffer per tensor (``B.scalars``)."""
+    inv_bc1 = inv_bc2 = 1.0
     if a.bias_correction:
-        inv_bc1 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta1, t)))))
-        inv_bc2 = B.scalar(B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta2, t)))))
-        m, v = B.mul(m, inv_bc1), B.mul(v, inv_bc2)
+        inv_bc1 = B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta1, t))))
+        inv_bc2 = B.to_float(B.reciprocal(B.one_minus(B.pow_scalar(a.beta2, t))))
+    values = B.scalars(B.one_minus(a.beta1), B.one_minus(a.beta2), inv_bc1, inv_bc2)
+    return SimpleNamespace(**dict(zip(("one_minus_beta1", "one_minus_beta2", "inv_bc1", "inv_bc2"), values)))
+
+
+def _update(B: Backend, a: SimpleNamespace, p: list[Any], m: list[Any], v: list[Any], s: SimpleNamespace) -> list[Any]:
+    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p, with the step's scalars ``s``."""
+    if a.bias_correction:
+        m, v = B.mul(m, s.inv_bc1), B.mul(v, s.inv_bc2)
     u = B.div(m, B.add(B.sqrt(v), a.eps))
     return B.add(u, B.mul(p, a.weight_decay)) if a.weight_decay != 0 else u
 
 
 def lamb_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
-    """Pass 1: steps += 1, m and v updated; returns [||p||^2, ||u||^2] per tensor."""
+    """Pass 1: steps += 1, m and v updated; returns [||p||^2, ||u||^2] per tensor.
+    Leaves the step's scalars in ``a.step_scalars`` for the apply phase of a
+    one-call step (a separate apply op recomputes them from the steps)."""
     t = increment_steps(B, a.steps)
+    s = a.step_scalars = _step_scalars(B, a, t)
     g = scaled_grads(B, a.grads, a.grad_scale, max_grad_norm=a.max_grad_norm)
-    beta3 = B.scalar(B.one_minus(a.beta1)) if a.grad_averaging else 1.0
+    beta3 = s.one_minus_beta1 if a.grad_averaging else 1.0
     m = B.add(B.mul(a.exp_avgs, a.beta1), B.mul(g, beta3))
-    v = B.add(B.mul(a.exp_avg_sqs, a.beta2), B.mul(B.mul(g, g), B.scalar(B.one_minus(a.beta2))))
+    v = B.add(B.mul(a.exp_avg_sqs, a.beta2), B.mul(B.mul(g, g), s.one_minus_beta2))
     B.assign(a.exp_avgs, m)
     B.assign(a.exp_avg_sqs, v)
     p = master_or_params(B, a.params, a.master_params)
-    return [B.sumsq(p), B.sumsq(_update(B, a, p, m, v, t))]
+    return [B.sumsq(p), B.sumsq(_update(B, a, p, m, v, s))]
 
 
 def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
@@ -48,6 +60,7 @@ def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> N
         step_size = B.scalar(B.mul(ratio, a.lr))
     else:
         step_size = a.lr
-    # Re-reads the m, v and steps the reduce phase wrote (recomputing u beats storing it).
-    u = _update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), list(a.steps))
+    # Re-reads the m, v (and steps) the reduce phase wrote (recomputing u beats storing it).
+    s = getattr(a, "step_scalars", None) or _step_scalars(B, a, list(a.steps))
+    u = _update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), s)
     assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))

@@ -27,15 +27,20 @@ _M_MAX = FP8_MAX[torch.float8_e4m3fn]
 _V_MAX = FP8_MAX[torch.float8_e5m2]
 
 
-def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Any]]:
+def _scalars(B: Backend, a: SimpleNamespace) -> SimpleNamespace:
+    """beta * the old scale and 1 - beta of both moments, one buffer per tensor
+    (``B.scalars``), computed before anything is written."""
+    values = B.scalars(B.mul(a.exp_avg_scales, a.beta1), B.mul(a.exp_avg_sq_scales, a.beta2),
+                       B.one_minus(a.beta1), B.one_minus(a.beta2))
+    return SimpleNamespace(**dict(zip(("beta1_scale", "beta2_scale", "one_minus_beta1", "one_minus_beta2"), values)))
+
+
+def _moments(B: Backend, a: SimpleNamespace, s: SimpleNamespace) -> tuple[list[Any], ...]:
     """This step's float32 g (divided by grad_scale), p, m, v, u from the stored
-    float8 moments and the old scales."""
+    float8 moments and the scalars ``s``."""
     g = scaled_grads(B, a.grads, a.grad_scale)
-    beta1_scale = B.scalar(B.mul(a.exp_avg_scales, a.beta1))
-    beta2_scale = B.scalar(B.mul(a.exp_avg_sq_scales, a.beta2))
-    one_minus_beta1, one_minus_beta2 = B.scalar(B.one_minus(a.beta1)), B.scalar(B.one_minus(a.beta2))
-    m = B.add(B.mul(B.to_float(a.exp_avgs), beta1_scale), B.mul(g, one_minus_beta1))
-    v = B.add(B.mul(B.to_float(a.exp_avg_sqs), beta2_scale), B.mul(B.mul(g, g), one_minus_beta2))
+    m = B.add(B.mul(B.to_float(a.exp_avgs), s.beta1_scale), B.mul(g, s.one_minus_beta1))
+    v = B.add(B.mul(B.to_float(a.exp_avg_sqs), s.beta2_scale), B.mul(B.mul(g, g), s.one_minus_beta2))
     p = master_or_params(B, a.params, a.master_params)
     u = B.div(m, B.add(B.sqrt(v), a.eps))
     if a.weight_decay != 0:
@@ -44,24 +49,27 @@ def _moments(B: Backend, a: SimpleNamespace) -> tuple[list[Any], list[Any], list
 
 
 def lamb16_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
-    """Pass 1 (writes only the steps): [||p||^2, ||u||^2, amax |m|, amax v] per tensor."""
+    """Pass 1 (writes only the steps): [||p||^2, ||u||^2, amax |m|, amax v] per tensor.
+    Leaves its scalars in ``a.moment_scalars`` for the apply phase of a one-call
+    step (a separate apply op recomputes them: nothing has changed them)."""
     increment_steps(B, a.steps)
-    _, p, m, v, u = _moments(B, a)
+    a.moment_scalars = _scalars(B, a)
+    _, p, m, v, u = _moments(B, a, a.moment_scalars)
     return [B.sumsq(p), B.sumsq(u), B.absmax(m), B.absmax(v)]
 
 
 def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
     """Pass 2: p, m8, v8 and the scales written, from the reductions."""
-    g, p, m, v, u = _moments(B, a)
+    g, p, m, v, u = _moments(B, a, getattr(a, "moment_scalars", None) or _scalars(B, a))
     # r = clamp((||p|| / ||u|| * 1e-3 / lr) ** trust_scale, 0, 2), 1 when a norm is 0
     p_norm, u_norm = B.sqrt(reductions[0]), B.sqrt(reductions[1])
     scaled = B.pow(B.mul(B.div(B.div(p_norm, u_norm), a.lr), 1e-3), a.trust_scale)
     ratio = B.where_positive(p_norm, u_norm, B.minimum(scaled, 2.0), 1.0)
-    step_size = B.scalar(B.mul(ratio, a.lr))
     # new scales: amax maps to the float8 max (never saturates), FLT_MIN floor
-    m_scale = B.scalar(B.maximum(B.div(reductions[2], _M_MAX), _FLT_MIN))
-    v_scale = B.scalar(B.maximum(B.div(reductions[3], _V_MAX), _FLT_MIN))
-    inv_m_scale, inv_v_scale = B.scalar(B.reciprocal(m_scale)), B.scalar(B.reciprocal(v_scale))
+    m_scale = B.maximum(B.div(reductions[2], _M_MAX), _FLT_MIN)
+    v_scale = B.maximum(B.div(reductions[3], _V_MAX), _FLT_MIN)
+    step_size, m_scale, v_scale, inv_m_scale, inv_v_scale = B.scalars(
+        B.mul(ratio, a.lr), m_scale, v_scale, B.reciprocal(m_scale), B.reciprocal(v_scale))
 
     m_new = B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX)
     v_new = B.minimum(B.mul(v, inv_v_scale), _V_MAX)
