@@ -3,9 +3,14 @@ same kernel called from compiled code (the per-call cost of dynamo's guards and
 the wrapper) vs the Inductor lowering, at 1 and 2 threads.
 
     python benchmarks/compile_overhead.py [--params 100] [--total 400000] [--threads 1 2]
+                                          [--opt-params 256 512]
 
 Rows come from one process; each thread count recompiles (Inductor bakes the
-thread count into the generated C++).
+thread count into the generated C++). The second table does the same for a whole
+``torch.compile(opt.step)`` of ``Lamb`` (issue 18): the eager op calls of its step,
+the eager ``opt.step()`` (our Python around them), and the compiled step with the
+op left external, whose excess over the op calls is dynamo's per-call cost (guards
+on every param, grad and state tensor, and the wrapper).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=400_000, help="total elements (default: cache-resident)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--opt-params", type=int, nargs="*", default=[256, 512],
+                    help="param counts of the Lamb.step table (none: skip it)")
     args = ap.parse_args()
 
     shapes = mixed_shapes(args.params, args.total)
@@ -57,6 +64,45 @@ def main() -> None:
         print(f"| {threads:7d} | {eager * 1e3:11.3f} | {times['external'] * 1e3:20.3f} | {times['lowering'] * 1e3:20.3f} "
               f"| {overhead * 1e3:20.3f} | {(times['lowering'] - overhead) * 1e3:17.3f} |")
     inductor_lamb.set_compile_path("lowering")
+    if args.opt_params:
+        optimizer_table(args)
+
+
+def optimizer_table(args) -> None:
+    from inductor_lamb.optim import Lamb
+
+    torch.set_num_threads(max(args.threads))
+    print(f"\nLamb.step, {args.total / 1e6:.2f}M elements in all, {max(args.threads)} threads")
+    print("| params | op calls ms | eager opt.step ms | compiled external ms | compiled lowering ms | per-call overhead ms |")
+    print("|--------|-------------|-------------------|----------------------|----------------------|----------------------|")
+    for n in args.opt_params:
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in mixed_shapes(n, args.total)]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+        opt = Lamb(params, lr=1e-4)
+        groups = [(g, opt._group_buckets(g, i)) for i, g in enumerate(opt.param_groups)]
+        calls = []
+        for group, buckets in groups:  # the op calls the step makes, prebuilt
+            for bucket in buckets.values():
+                args_ = {a.name: bucket[a.name] for a in opt._op.args if a.name in bucket and a.name != "sharding"}
+                size = opt.max_tensors_per_call
+                for lo in range(0, n, size):
+                    calls.append({k: v[lo:lo + size] for k, v in args_.items() if isinstance(v, list)})
+        lr = opt.param_groups[0]["lr"]
+
+        def op_calls():
+            for c in calls:
+                inductor_lamb.ops.lamb_step_(**c, lr=lr)
+
+        row = [bench(op_calls, args.min_time), bench(opt.step, args.min_time)]
+        for path in ("external", "lowering"):
+            fn = compiled(path, opt.step)
+            fn()
+            row.append(bench(fn, args.min_time))
+        inductor_lamb.set_compile_path("lowering")
+        print(f"| {n:6d} | {row[0] * 1e3:11.3f} | {row[1] * 1e3:17.3f} | {row[2] * 1e3:20.3f} | {row[3] * 1e3:20.3f} "
+              f"| {(row[2] - row[0]) * 1e3:20.3f} |")
 
 
 if __name__ == "__main__":
