@@ -395,16 +395,18 @@ class FusedOptimizer(Optimizer):
         out = dict(zip(self._flat_lists, lists))
         for ids in buckets.values():
             for i in ids:
-                p, state = group["params"][i], states[i]
-                out["params"].append(p)
-                out["grads"].append(p.grad)
-                for key, arg in self._lists.items():
-                    out[arg].append(state[key])
-                if self._has_step:
-                    out["steps"].append(state["step"])
-                if "master_param" in state:
-                    out["master_params"].append(state["master_param"])
+                for arg, t in self._param_tensors(group["params"][i], states[i]):
+                    out[arg].append(t)
         return tuple(layout)
+
+    def _param_tensors(self, p: Tensor, state: dict[str, Any]) -> list[tuple[str, Tensor]]:
+        """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
+        out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in self._lists.items())]
+        if self._has_step:
+            out.append(("steps", state["step"]))
+        if "master_param" in state:
+            out.append(("master_params", state["master_param"]))
+        return out
 
     def _group_buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
         """Param group ``index``'s buckets (see ``_buckets``): from ``_init_group`` when
@@ -455,15 +457,9 @@ class FusedOptimizer(Optimizer):
                                      "of the same param group, device and dtype; put them in separate param groups")
             b = buckets[(p.device, p.dtype, sharding)]
             b["sharding"] = sharding
-            b["params"].append(_sharding.local(p))
-            b["grads"].append(_sharding.local(p.grad))
             b["names"].append(names[i] if names else None)
-            for key, arg in self._lists.items():
-                b[arg].append(_sharding.local(state[key]))
-            if self._has_step:
-                b["steps"].append(state["step"])
-            if "master_param" in state:
-                b["master_params"].append(_sharding.local(state["master_param"]))
+            for arg, t in self._param_tensors(p, state):
+                b[arg].append(_sharding.local(t))
         return buckets
 
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
