@@ -90,7 +90,7 @@ def rows_for(kind: str, shapes, min_time: float) -> list[dict]:
     for path in ("lowering", "decomposition", "external"):
         inductor_lamb.set_compile_path(path)
         add(f"compiled, {path}", floor, compile_and_time(step_fn(kind), (make_state(shapes, kind=kind), lr), min_time))
-    inductor_lamb.set_compile_path("lowering")
+    inductor_lamb.set_compile_path()  # back to the default ("auto")
     torch._dynamo.reset()
     state = make_state(shapes, kind=kind)
     add("eager op (C++ kernel)", floor, (bench(lambda: step_fn(kind)(state, lr), min_time=min_time), 0.0, "-"))

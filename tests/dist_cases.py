@@ -319,9 +319,11 @@ def _dcp_resume(opt_name: str, world: int, path: str) -> None:
 # ---- compiled -------------------------------------------------------------------------------
 
 
-def fsdp_compiled(rank: int, world: int, opt_names: list[str], code_dir: str) -> None:
-    """torch.compile(opt.step) under FSDP2 compiles once and matches the eager
-    sharded step; rank 0 writes each step's generated code to ``code_dir/<name>.py``."""
+def fsdp_compiled(rank: int, world: int, opt_names: list[str], code_dir: str, path: str) -> None:
+    """torch.compile(opt.step) under FSDP2, on compile path ``path``, compiles once and
+    matches the eager sharded step; rank 0 writes each step's generated code to
+    ``code_dir/<name>.py``."""
+    inductor_lamb.set_compile_path(path)
     mesh = init_device_mesh("cpu", (world,))
     each(opt_names, lambda name: _fsdp_compiled(name, mesh, rank, os.path.join(code_dir, f"{name}.py")))
 

@@ -24,15 +24,17 @@ from inductor_lamb import _inductor as lowering_mod
 from inductor_lamb._inductor import paths as paths_mod
 from inductor_lamb.spec import SPECS, Role
 
-PATHS = ("lowering", "decomposition", "external")
+PATHS = inductor_lamb._inductor.PATHS
 
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    """These tests compile op calls on graph inputs, which the default "auto" path
+    sends to the C++ kernel: they run the lowering unless they pick a path."""
+    inductor_lamb.set_compile_path("lowering")
     torch._dynamo.reset()
     yield
-    if inductor_lamb.compile_path() != "lowering":
-        inductor_lamb.set_compile_path("lowering")
+    inductor_lamb.set_compile_path("auto")
     torch._dynamo.reset()
 
 
@@ -251,6 +253,35 @@ decomposition: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
 external: 0 kernel(s), 1 external lamb call(s), 0 temporary buffer(s)""")
 
 
+@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
+def test_auto_path_calls_the_kernel_unless_the_graph_computes_an_input(case):
+    """The default path: when every tensor of the call is a graph input (a compiled
+    ``opt.step``) the step is one call to the C++ kernel, with its exact bits; when
+    the graph computes one of them (here the grads of the first param only), the
+    whole call is lowered and the computation fuses into it."""
+    use_path("auto")
+    name, args, kwargs = op_args(case)
+    c_args, e_args = clone_lists(args), clone_lists(args)
+    _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, c_args, torch.tensor(0.01), kwargs)
+    eager_call(name, e_args, torch.tensor(0.01), kwargs)
+    code = "\n".join(codes)
+    assert code.count(f"torch.ops.lamb.{name}.default(") == 1 and "cpp_fused" not in code
+    assert all(equal(x, y) for a, b in zip(c_args, e_args) for x, y in zip(a, b))
+
+    def first_grad_halved(name, args, lr, kwargs):
+        eager_call(name, [args[0], [args[1][0] * 0.5, *args[1][1:]], *args[2:]], lr, kwargs)
+
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(first_grad_halved, fullgraph=True), name, c_args, torch.tensor(0.02),
+                                kwargs)
+    first_grad_halved(name, e_args, torch.tensor(0.02), kwargs)
+    code = "\n".join(codes)
+    assert "torch.ops.lamb" not in code and "cpp_fused" in code
+    for i, (a, b) in enumerate(zip(c_args, e_args)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_tensor_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m: f"list {i}[{j}]: {m}")
+
+
 def test_cpp_wrapper_matches_eager():
     """With Inductor's C++ wrapper (kernels called from C++, not through Python) a
     48-param step matches the eager kernel."""
@@ -322,7 +353,7 @@ class CountingBackend:
         return compile_fx(gm, example_inputs)
 
 
-@pytest.mark.parametrize("path", ["lowering", "decomposition"])
+@pytest.mark.parametrize("path", ["auto", "lowering", "decomposition"])
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     """Recipe (a): forward, backward, step, zero_grad in one fullgraph graph, compiled once
@@ -333,9 +364,13 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     backend = CountingBackend()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(train_step, backend=backend, fullgraph=True)
-        for x, y in batches(5):
-            torch.testing.assert_close(compiled(model_c, opt_c, x, y), train_step(model_e, opt_e, x, y),
-                                       rtol=1e-6, atol=1e-6)
+        for k, (x, y) in enumerate(batches(5)):
+            if k == 0:  # the grads come from the graph: every path fuses the step into it
+                loss, codes = run_and_get_code(compiled, model_c, opt_c, x, y)
+                assert "torch.ops.lamb" not in "\n".join(codes)
+            else:
+                loss = compiled(model_c, opt_c, x, y)
+            torch.testing.assert_close(loss, train_step(model_e, opt_e, x, y), rtol=1e-6, atol=1e-6)
             sched_e.step()
             sched_c.step()
     assert backend.graphs == 1
@@ -351,9 +386,12 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
         assert ("step" not in opt_c.state[p]) if cls is Lars else float(opt_c.state[p]["step"]) == 5.0
 
 
+@pytest.mark.parametrize("path", ["auto", "lowering"])
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
-def test_compiled_model_and_compiled_opt_step(opt_name):
-    """Recipe (b): a compiled model plus ``torch.compile(opt.step)``."""
+def test_compiled_model_and_compiled_opt_step(opt_name, path):
+    """Recipe (b): a compiled model plus ``torch.compile(opt.step)`` (on the "auto"
+    path: the step's tensors are graph inputs, so the kernel runs it)."""
+    use_path(path)
     (model_e, opt_e, sched_e), (model_c, opt_c, sched_c) = twin_setups(opt_name)
     cmodel = torch.compile(model_c)
     backend = CountingBackend()
@@ -458,10 +496,11 @@ def test_compile_path_environment_variable():
                              env={**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": value})
         return out.stdout.split(), out.stderr
 
-    assert run("lamb16_step_=external")[0] == ["mixed", "external", "lowering"]
+    assert run("lamb16_step_=external")[0] == ["mixed", "external", "auto"]
     assert run("decomposition, lamb16_step_=external")[0] == ["mixed", "external", "decomposition"]
+    assert run("lowering")[0] == ["lowering", "lowering", "lowering"]
     paths, err = run("triton,lamb16_step_=external")
-    assert paths == ["mixed", "external", "lowering"] and "ignoring 'triton'" in err
+    assert paths == ["mixed", "external", "auto"] and "ignoring 'triton'" in err
 
 
 def test_import_never_fails_and_touches_one_config_entry():
@@ -478,7 +517,7 @@ changed = sorted(k for k in before if before[k] != after[k])
 print(inductor_lamb.compile_path(), changed, len(w))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["lowering", "['post_grad_custom_post_pass']", "0"]
+    assert out.stdout.split() == ["auto", "['post_grad_custom_post_pass']", "0"]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          env={**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": "external"})
     assert out.stdout.split()[0] == "external"
@@ -541,4 +580,4 @@ def test_warm_fx_graph_cache_never_serves_code_of_another_path():
 def test_no_warning_on_default_import_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert inductor_lamb.set_compile_path("lowering") == "lowering"
+        assert inductor_lamb.set_compile_path() == "auto"

@@ -190,7 +190,7 @@ def test_compiled_training_step_on_cuda(cls, kw):
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         _, codes = run_and_get_code(torch.compile(train_step, fullgraph=True), model_c, opt_c, x, y)
     code = "\n".join(codes)
-    assert inductor_lamb.compile_path() == "lowering"
+    assert inductor_lamb.compile_path() == "auto"  # grads made in the graph: lowered
     assert "torch.ops.lamb" not in code and "triton" in code
 
 

@@ -5,6 +5,7 @@ scheduler changes, on both training-step recipes, and never graph-breaks."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -96,6 +97,28 @@ def test_compiles_once_under_schedulers(opt_name, sched_kind, recipe):
         assert isinstance(beta1, torch.Tensor) and float(beta1) != 0.9  # the scheduler moved it
     if opt_name == "lars" and sched_kind in ("onecycle", "cyclic"):
         assert float(opt.param_groups[0]["momentum"]) != 0.9
+
+
+@pytest.mark.parametrize("recipe", ["eager", "opt_step", "whole_step"])
+@pytest.mark.parametrize("opt_name", ["lamb", "lars"])  # LARS keeps no step count
+def test_schedulers_see_whether_the_step_ran(opt_name, recipe):
+    """A scheduler warns when its step() comes before the optimizer's first step();
+    ``_opt_called`` says so eagerly and on both compiled recipes, never too early."""
+    model, opt, sched = setup(opt_name, "lambda")
+    with pytest.warns(UserWarning, match=r"before `optimizer.step\(\)`"):
+        sched.step()
+    model, opt, sched = setup(opt_name, "lambda")
+    assert not opt._opt_called
+    if recipe == "whole_step":
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            torch.compile(train_step, backend=CompileCounter(), fullgraph=True)(model, opt, *data(0))
+    else:
+        nn.functional.cross_entropy(model(data(0)[0]), data(0)[1]).backward()
+        (opt.step if recipe == "eager" else torch.compile(opt.step, backend=CompileCounter(), fullgraph=True))()
+    assert opt._opt_called
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sched.step()
 
 
 def test_onecycle_betas_with_inductor_lowering():

@@ -15,7 +15,7 @@ import inductor_lamb
 from inductor_lamb import ops, reference
 from inductor_lamb.spec import REQUIRED, SPECS, Role
 
-PATHS = ("lowering", "decomposition", "external")
+PATHS = inductor_lamb._inductor.PATHS
 
 
 @pytest.mark.parametrize("name", list(SPECS))
@@ -164,7 +164,7 @@ def _snapshot(args, kwargs):
 @pytest.fixture
 def reset_path():
     yield
-    inductor_lamb.set_compile_path("lowering")
+    inductor_lamb.set_compile_path("auto")
     torch._dynamo.reset()
 
 

@@ -14,7 +14,7 @@ import inductor_lamb
 from inductor_lamb import ops, reference
 from inductor_lamb.spec import SPECS, Role
 
-PATHS = ("lowering", "decomposition", "external")
+PATHS = inductor_lamb._inductor.PATHS
 LRS = (0.01, 0.03, 0.005)  # several steps with a changing lr
 
 # (one-call op, kwargs) of the layer-wise ops; op_args adds the lists.
@@ -78,7 +78,7 @@ def use_path(path):
 @pytest.fixture
 def reset_path():
     yield
-    inductor_lamb.set_compile_path("lowering")
+    inductor_lamb.set_compile_path("auto")
     torch._dynamo.reset()
 
 

@@ -1,7 +1,12 @@
 """How ``torch.compile`` sees the ``torch.ops.lamb`` ops.
 
-Three paths, best first; :func:`compile_path` says which one is active:
+Four paths, best first; :func:`compile_path` says which one is active:
 
+``"auto"`` (the default)
+    The lowering below, except for an op call whose per-param tensors are all
+    graph inputs (``torch.compile(opt.step)``): nothing in the graph produces
+    what it reads, so it stays one external call to the C++ kernel, which is
+    faster than generated loops there and compiles several times faster.
 ``"lowering"``
     An Inductor lowering per op (``register_lowering``) writes the step in
     Inductor IR with ``mutate_to`` on the list arguments, so the compiled graph

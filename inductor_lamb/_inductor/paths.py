@@ -17,7 +17,7 @@ from . import cache_key
 
 __all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
 
-PATHS = ("lowering", "decomposition", "external")
+PATHS = ("auto", "lowering", "decomposition", "external")
 OPS = tuple(SPECS)
 
 # Per op name: its active path, its lowered OpOverload, its decomposition's Library.
@@ -50,7 +50,7 @@ def _step_functions() -> dict[str, Callable[..., Any]]:
 
 def compile_path(op: str | None = None) -> str:
     """The active path of ``op`` (``"lamb_step_"``, ``"lamb16_step_"``, ...):
-    ``"lowering"``, ``"decomposition"`` or ``"external"``. Without ``op``: the
+    ``"auto"``, ``"lowering"``, ``"decomposition"`` or ``"external"``. Without ``op``: the
     path all ops share, or ``"mixed"`` when they differ."""
     if op is not None:
         return _state["paths"].get(_check_op(op), "external")
@@ -67,17 +67,45 @@ def _check_op(op: str) -> str:
 # ---- the paths -------------------------------------------------------------------
 
 
-def _install_lowering(name: str) -> None:
-    from torch._inductor.lowering import lowerings, register_lowering
+_LIST_ROLES = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS, Role.MASTER)
+
+
+def _graph_input(x: Any) -> bool:
+    """Whether Inductor IR ``x`` is a graph input (or a view of one), i.e. no
+    node of this graph computes it."""
+    from torch._inductor import ir
+
+    while isinstance(x, (ir.MutableBox, ir.BaseView)):
+        x = x.data
+    return isinstance(x, ir.InputBuffer)
+
+
+def _nothing_to_fuse(spec: Any, bound: dict[str, Any]) -> bool:
+    """The ``"auto"`` path's rule: every tensor of every param (params, grads,
+    state, step counts, master copies) is a graph input, so no node of the
+    graph produces what the step reads and generated loops would fuse with
+    nothing. One call to the C++ engine then does the same work faster and
+    compiles in a fraction of the time (RESULTS.md, session 14)."""
+    return all(_graph_input(t) for x in spec.args if x.role in _LIST_ROLES and bound[x.name] is not None
+               for t in bound[x.name])
+
+
+def _install_lowering(name: str, *, auto: bool = False) -> None:
+    from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
 
     from .backends import IRBackend
 
     spec, step = SPECS[name], _step_functions()[name]
+    external = fallback_handler(spec.op, add_to_fallback_set=False)
 
     def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
+        bound = spec.bind(args, kwargs)
+        if auto and _nothing_to_fuse(spec, bound):
+            out = external(*args, **kwargs)
+            return out if spec.phase == "reduce" else ()
         B = IRBackend()
-        a = SimpleNamespace(**spec.bind(args, kwargs))
+        a = SimpleNamespace(**bound)
         shared = [x.name for x in spec.args if x.role in (Role.TENSOR, Role.OPT_TENSOR)
                   and getattr(a, x.name) is not None]
         for name, values in zip(shared, B.per_tensor([getattr(a, k) for k in shared], len(a.params))):
@@ -120,10 +148,11 @@ def _uninstall(name: str) -> None:
     _state["paths"].pop(name, None)
 
 
-_INSTALLERS = {"lowering": _install_lowering, "decomposition": _install_decomposition}
+_INSTALLERS = {"auto": lambda name: _install_lowering(name, auto=True), "lowering": _install_lowering,
+               "decomposition": _install_decomposition}
 
 
-def set_compile_path(path: str = "lowering", *, ops: str | list[str] | tuple[str, ...] | None = None,
+def set_compile_path(path: str = "auto", *, ops: str | list[str] | tuple[str, ...] | None = None,
                      warn: bool = True) -> str:
     """Installs ``path`` for ``ops`` (op names such as ``"lamb16_step_"``; default
     all), or for each op the best path below it that installs, and returns the
@@ -179,12 +208,12 @@ def _parse_env(value: str) -> list[tuple[str, str | None]]:
 
 
 def install() -> str:
-    """Called once on import: the lowering for every op, then what
+    """Called once on import: the ``"auto"`` path for every op, then what
     ``INDUCTOR_LAMB_COMPILE_PATH`` asks for, falling back as needed. Never raises."""
     try:
         items = _parse_env(os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", ""))
         if not any(op is None for _, op in items):
-            items.insert(0, ("lowering", None))
+            items.insert(0, ("auto", None))
         for path, op in items:
             set_compile_path(path, ops=op, warn=True)
         return compile_path()

@@ -205,9 +205,9 @@ class FusedOptimizer(Optimizer):
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         as_lr_tensor(defaults["lr"])  # validates
-        # Counts step() calls; a tensor because compiled code keeps in-place tensor
-        # updates but drops attribute writes on optimizers.
-        self._steps_taken = torch.zeros((), dtype=torch.int64)
+        # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
+        self._stepped = False
+        self._traced_steps = torch.zeros((), dtype=torch.int64)
         super().__init__(params, defaults)
 
     # ---- param groups and state -------------------------------------------------
@@ -373,6 +373,7 @@ class FusedOptimizer(Optimizer):
         per-param Python was most of dynamo's time on a compiled step (RESULTS.md,
         issue 18). The result depends only on what those guards check: which params
         have grads, their devices and dtypes, and the state's keys."""
+        self._stepped = True  # eager here even in a compiled step (see _opt_called)
         group = self.__dict__["_groups"][index]
         names = group.get("param_names")
         buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
@@ -415,6 +416,7 @@ class FusedOptimizer(Optimizer):
             # A backward traced into the same graph (recipe (a)) sets the grads as
             # pending side effects, which an eager _init_group cannot see: dynamo
             # refuses it ("pending mutation on parameter"), so trace the buckets.
+            self._traced_steps.add_(1)
             return self._buckets(group, index)
         lists: list[list[Tensor]] = [[] for _ in self._flat_lists]
         layout = self._init_group(index, *lists)
@@ -480,7 +482,6 @@ class FusedOptimizer(Optimizer):
             closure: a closure that re-evaluates the model and returns the loss.
         """
         loss = None
-        self._steps_taken.add_(1)
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -506,14 +507,18 @@ class FusedOptimizer(Optimizer):
     # LR schedulers wrap ``opt.step`` in a function of lr_scheduler.py (only to set
     # ``_opt_called``), a file dynamo refuses to trace: a fullgraph compile of a
     # training step would fail. The marker tells schedulers to leave our step
-    # unwrapped, and ``_opt_called`` is derived from the state instead (dynamo
-    # drops attribute writes on optimizers inside compiled code).
+    # unwrapped, and ``_opt_called`` is derived instead. Dynamo drops attribute
+    # writes on optimizers inside compiled code, but runs ``_init_group`` eagerly,
+    # so setting ``_stepped`` there covers eager and compiled steps alike. Only a
+    # step traced with its backward (recipe (a), which traces ``_buckets``)
+    # needs a tensor counter; a counter in every compiled step would be one more
+    # generated kernel, 6 s of a cold compile of a 256-param step (RESULTS.md).
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
     @property
     def _opt_called(self) -> bool:
         # Read by LR schedulers once, on their first step (eagerly).
-        return bool(self._steps_taken > 0)
+        return self._stepped or bool(self._traced_steps > 0)
 
     @_opt_called.setter
     def _opt_called(self, value: bool) -> None:
