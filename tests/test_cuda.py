@@ -194,6 +194,39 @@ def test_compiled_training_step_on_cuda(cls, kw):
     assert "torch.ops.lamb" not in code and "triton" in code
 
 
+@pytest.mark.parametrize("path", ["auto", "lowering"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+def test_compiled_op_on_graph_inputs(case, path):
+    """``torch.compile`` of an op call on graph inputs, as ``torch.compile(opt.step)``
+    makes it: the default "auto" path calls the CUDA kernel (the eager bits), the
+    lowering emits Triton (float32 rounding of the eager result)."""
+    from torch._inductor.utils import run_and_get_code
+
+    assert inductor_lamb.set_compile_path(path) == path
+    torch._dynamo.reset()
+    try:
+        name, args, kwargs = op_args(case)
+        c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+        e_args = to(clone_lists(args), "cuda")
+
+        def call(args, lr):
+            getattr(torch.ops.lamb, name)(*args, lr, **c_kwargs)
+
+        lr = torch.tensor(0.01, device="cuda")
+        _, codes = run_and_get_code(torch.compile(call, fullgraph=True), c_args, lr)
+        call(e_args, lr)
+        code = "\n".join(codes)
+        if path == "auto":
+            assert f"torch.ops.lamb.{name}" in code
+            assert all(equal(x, y) for a, b in zip(c_args, e_args) for x, y in zip(a, b))
+        else:
+            assert "torch.ops.lamb" not in code and "triton" in code
+            assert_lists_close(c_args, e_args, float8_state=name == "lamb16_step_")
+    finally:
+        inductor_lamb.set_compile_path()
+        torch._dynamo.reset()
+
+
 def test_errors_name_argument_and_index():
     name, args, kwargs = op_args("lamb")
     c_args = to(args, "cuda")
