@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..spec import SPECS, Role, check
+from ..spec import _LISTS, SPECS, OpSpec, Role, check
 from . import cache_key
 
 __all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
@@ -67,9 +67,6 @@ def _check_op(op: str) -> str:
 # ---- the paths -------------------------------------------------------------------
 
 
-_LIST_ROLES = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS, Role.MASTER)
-
-
 def _graph_input(x: Any) -> bool:
     """Whether Inductor IR ``x`` is a graph input (or a view of one), i.e. no
     node of this graph computes it."""
@@ -80,13 +77,13 @@ def _graph_input(x: Any) -> bool:
     return isinstance(x, ir.InputBuffer)
 
 
-def _nothing_to_fuse(spec: Any, bound: dict[str, Any]) -> bool:
+def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
     """The ``"auto"`` path's rule: every tensor of every param (params, grads,
     state, step counts, master copies) is a graph input, so no node of the
     graph produces what the step reads and generated loops would fuse with
     nothing. One call to the C++ engine then does the same work faster and
     compiles in a fraction of the time (RESULTS.md, session 14)."""
-    return all(_graph_input(t) for x in spec.args if x.role in _LIST_ROLES and bound[x.name] is not None
+    return all(_graph_input(t) for x in spec.args if x.role in _LISTS and bound[x.name] is not None
                for t in bound[x.name])
 
 
