@@ -169,9 +169,10 @@ class FusedOptimizer(Optimizer):
 
     # Params per op call: a bucket with more takes several calls. Why: Inductor's
     # post-grad pass (decompose_auto_functionalized) is quadratic in the tensors one
-    # mutating call writes, 28 s of a cold compile at 256 params in one call
-    # (RESULTS.md, issue 18); the generated code is the same per param either way.
-    max_tensors_per_call: int = 64
+    # mutating call writes, 28 s of a cold compile at 256 params in one call, 6.8 s
+    # in calls of 64, 4.2 s in calls of 32 (RESULTS.md, issue 18). Eagerly, 32 costs
+    # a few hundredths of a ms per step more than 64 on small params.
+    max_tensors_per_call: int = 32
 
     # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
     # instead of unscaling the grads in a separate pass.
