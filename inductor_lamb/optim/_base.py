@@ -208,7 +208,7 @@ class FusedOptimizer(Optimizer):
         as_lr_tensor(defaults["lr"])  # validates
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
-        self._traced_steps = torch.zeros((), dtype=torch.int64)
+        self._stepped_in_graph = torch.zeros((), dtype=torch.bool)  # recipe (a) only
         super().__init__(params, defaults)
 
     # ---- param groups and state -------------------------------------------------
@@ -417,7 +417,7 @@ class FusedOptimizer(Optimizer):
             # A backward traced into the same graph (recipe (a)) sets the grads as
             # pending side effects, which an eager _init_group cannot see: dynamo
             # refuses it ("pending mutation on parameter"), so trace the buckets.
-            self._traced_steps.add_(1)
+            self._stepped_in_graph.fill_(True)
             return self._buckets(group, index)
         lists: list[list[Tensor]] = [[] for _ in self._flat_lists]
         layout = self._init_group(index, *lists)
@@ -512,14 +512,14 @@ class FusedOptimizer(Optimizer):
     # writes on optimizers inside compiled code, but runs ``_init_group`` eagerly,
     # so setting ``_stepped`` there covers eager and compiled steps alike. Only a
     # step traced with its backward (recipe (a), which traces ``_buckets``)
-    # needs a tensor counter; a counter in every compiled step would be one more
+    # needs a tensor flag; a tensor written in every compiled step would be one more
     # generated kernel, 6 s of a cold compile of a 256-param step (RESULTS.md).
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
     @property
     def _opt_called(self) -> bool:
         # Read by LR schedulers once, on their first step (eagerly).
-        return self._stepped or bool(self._traced_steps > 0)
+        return self._stepped or bool(self._stepped_in_graph)
 
     @_opt_called.setter
     def _opt_called(self, value: bool) -> None:
