@@ -37,6 +37,25 @@ if IS_X86 and os.environ.get("INDUCTOR_LAMB_NO_ISA", "0") != "1":
         "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c",
     ]
 
+# GCC builds a vector constant from an immediate (mov, vmovd, vpbroadcastd) each
+# time it is needed in a loop short of registers, as LAMB16's pass 2 is: 20-odd
+# instructions a loop step. Turned off, constants are loaded from memory (about
+# 10% off LAMB16's stochastic-rounding step on AVX2 and AVX512). GCC only: the
+# flag is tried on the compiler first.
+VECTOR_FLAGS_IF_SUPPORTED = ["-mtune-ctrl=^inter_unit_moves_to_vec"]
+
+
+def supported_flags(compiler: list[str], flags: list[str]) -> list[str]:
+    import subprocess
+
+    ok = []
+    for flag in flags:
+        probe = subprocess.run(compiler + [flag, "-x", "c++", "-fsyntax-only", "-"], input=b"int x;\n",
+                               capture_output=True)
+        if probe.returncode == 0 and not probe.stderr:
+            ok.append(flag)
+    return ok
+
 
 def kernel_sources() -> list[str]:
     return sorted(glob.glob(os.path.join(CSRC, "cpu", "*_kernel.cpp")))
@@ -70,7 +89,10 @@ class BuildExt(BuildExtension):
 
     def build_extension(self, ext):
         isa_objects = []
+        vector_flags = supported_flags(list(self.compiler.compiler_so[:1]), VECTOR_FLAGS_IF_SUPPORTED)
         for isa, flags in ISA_FLAGS.items():
+            if isa != "DEFAULT":
+                flags = flags + vector_flags
             out = os.path.join(self.build_temp, "isa_" + isa.lower())
             macros = [("CPU_CAPABILITY", isa), (f"CPU_CAPABILITY_{isa}", None)]
             isa_objects += self.compiler.compile(

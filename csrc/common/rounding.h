@@ -90,7 +90,7 @@ INDUCTOR_LAMB_HD U dither(const U& hash) {
 // rounded stochastically onto Grid with `dither` (from dither<Grid>). Lanes:
 // F float values, U their uint32 bits; as_bits / as_float reinterpret, and
 // select(mask, a, b) takes a where mask is all ones (masks from less_than, an
-// unsigned compare of values below 2^31).
+// unsigned compare of values below 2^31); min is the unsigned minimum.
 template <typename Grid, typename L>
 INDUCTOR_LAMB_HD typename L::F stochastic_round(const typename L::F& x, const typename L::U& dither) {
   using U = typename L::U;
@@ -120,7 +120,9 @@ INDUCTOR_LAMB_HD typename L::U stochastic_code(const typename L::F& x, const typ
   const U kept = L::as_bits(L::as_float(mag) + L::as_float(subnormal & U(Grid::kMinNormalBits))) + dither;
   const U code = (kept >> Grid::kDrop) - U(uint32_t(127 - Grid::kBias) << Grid::kMantissa) -
                  (subnormal & U(1u << Grid::kMantissa));
-  return L::select(L::less_than(mag, U(0x7f800000u)), code, U(0x7fu)) | ((bits >> 24) & U(0x80u));
+  // Finite codes are at most 0x7E; NaN's bits give more than 0x7F here (0x438 /
+  // 0x23C and up), so an unsigned min gives its code without a compare and select.
+  return L::min(code, U(0x7fu)) | ((bits >> 24) & U(0x80u));
 }
 
 // Scalar lanes: the CUDA kernels, the host and the generic CPU build.
@@ -147,6 +149,7 @@ struct ScalarLanes {
   }
   static INDUCTOR_LAMB_HD U less_than(U a, U b) { return a < b ? 0xffffffffu : 0u; }
   static INDUCTOR_LAMB_HD U select(U mask, U a, U b) { return (mask & a) | (~mask & b); }
+  static INDUCTOR_LAMB_HD U min(U a, U b) { return a < b ? a : b; }
 };
 
 }  // namespace inductor_lamb::rounding

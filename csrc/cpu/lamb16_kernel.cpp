@@ -15,21 +15,27 @@ using M8 = c10::Float8_e4m3fn;
 using V8 = c10::Float8_e5m2;
 using Elem = lamb16::Elem<fVec>;
 
-// The per-element work both passes share: new m, v (float32) and u.
+// One loop step's inputs: g (divided by grad_scale: the rounding hashes its
+// bits), p, and the decoded codes of m and v.
 template <typename T>
-struct Lamb16Row {
-  F2 g, p, m, v, u;  // g: the grads divided by grad_scale (the rounding hashes their bits)
-  inline Lamb16Row(const TensorPtrs& t, const Elem& e, const fVec& grad_mul, int64_t i, int64_t n) {
-    g = load2(static_cast<const T*>(t.grad) + i, n);
+struct Lamb16Loads {
+  F2 g, p, m, v;
+  inline Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n)
+      : g(load2(static_cast<const T*>(t.grad) + i, n)),
+        p(load_param(static_cast<const T*>(t.param), t.master, i, n)),
+        m(load2(static_cast<const M8*>(t.state[0]) + i, n)),
+        v(load2(static_cast<const V8*>(t.state[1]) + i, n)) {
     g = {g.a * grad_mul, g.b * grad_mul};
-    p = load_param(static_cast<const T*>(t.param), t.master, i, n);
-    m = load2(static_cast<const M8*>(t.state[0]) + i, n);
-    v = load2(static_cast<const V8*>(t.state[1]) + i, n);
-    e.moments(g.a, m.a, v.a);
-    e.moments(g.b, m.b, v.b);
-    u = {e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)};
   }
 };
+
+// The per-vector work both passes share: m, v (the decoded codes) become the new
+// float32 moments; returns u. The passes finish one vector before the next (not
+// both halves of a loop step op by op): fewer live registers, no spills on AVX2.
+inline fVec moments_update(const Elem& e, const fVec& g, const fVec& p, fVec& m, fVec& v) {
+  e.moments(g, m, v);
+  return e.update(p, m, v);
+}
 
 void pass1(const Lamb16Args& args) {
   const fVec grad_mul(args.grad_mul);
@@ -40,9 +46,10 @@ void pass1(const Lamb16Args& args) {
     SumSq p_sq, u_sq;
     AbsMax m_max, v_max;
     vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      const Lamb16Row<T> r(t, e, grad_mul, i, n);
+      Lamb16Loads<T> r(t, grad_mul, i, n);
+      const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
       p_sq.add(r.p, n);
-      u_sq.add(r.u, n);
+      u_sq.add(u, n);
       m_max.add(r.m, n);
       v_max.add(r.v, n);
     });
@@ -53,30 +60,49 @@ void pass1(const Lamb16Args& args) {
   });
 }
 
-void pass2(const Lamb16Args& args) {
+// Stochastic: whether m, v are rounded stochastically (a template argument, so
+// the loop has no branch on it).
+template <bool Stochastic>
+void pass2_loop(const Lamb16Args& args) {
   const fVec grad_mul(args.grad_mul);
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
+    constexpr int64_t W = fVec::size();
     const Lamb16Coeffs& k = args.coeffs[c.tensor];
     const Elem e(args.consts, k.beta1_scale, k.beta2_scale, k.inv_m_scale, k.inv_v_scale);
     const fVec step_size(k.step_size);
-    T* param = static_cast<T*>(t.param);
+    const uint32_t key = k.round_key;
+    T* const param = static_cast<T*>(t.param);
+    float* const master = t.master;
+    uint8_t* const m8 = static_cast<uint8_t*>(t.state[0]);
+    uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
     vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      Lamb16Row<T> r(t, e, grad_mul, i, n);
-      r.p.a = r.p.a - step_size * r.u.a;
-      r.p.b = r.p.b - step_size * r.u.b;
-      store_param(param, t.master, i, n, r.p);
-      uint8_t* m8 = static_cast<uint8_t*>(t.state[0]) + i;
-      uint8_t* v8 = static_cast<uint8_t*>(t.state[1]) + i;
-      const F2 m{e.m_code(r.m.a), e.m_code(r.m.b)}, v{e.v_code(r.v.a), e.v_code(r.v.b)};
-      if (args.stochastic_rounding) {
-        stochastic_store_moments(k.round_key, r.g, m8, v8, n, m, v);
+      Lamb16Loads<T> r(t, grad_mul, i, n);
+      const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
+      MomentCodes codes[2];
+      // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
+      const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
+        p = p - step_size * moments_update(e, g, p, m, v);
+        m = e.m_code(m);
+        v = e.v_code(v);
+        if constexpr (Stochastic) codes[half] = stochastic_codes(key, g, m, v, old.m + half * W, old.v + half * W);
+      };
+      finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
+      finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
+      store_param(param, master, i, n, r.p);
+      if constexpr (Stochastic) {
+        store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
       } else {
-        store2(reinterpret_cast<M8*>(m8), n, m);
-        store2(reinterpret_cast<V8*>(v8), n, v);
+        store2(reinterpret_cast<M8*>(m8 + i), n, r.m);
+        store2(reinterpret_cast<V8*>(v8 + i), n, r.v);
       }
     });
   });
+}
+
+void pass2(const Lamb16Args& args) {
+  if (args.stochastic_rounding) pass2_loop<true>(args);
+  else pass2_loop<false>(args);
 }
 
 }  // namespace

@@ -80,9 +80,19 @@ struct VecIO<float> {
 // tests/test_lamb16_op.py every ISA through the op.
 template <typename T>
 struct Fp8Codec;
+// The generic build decodes through a table of all 256 codes (built once from
+// c10's decoder, so the same bits): a load instead of c10's per-element branches.
+template <float (*Decode)(uint8_t)>
+struct Fp8Table {
+  float value[256];
+  Fp8Table() {
+    for (int c = 0; c < 256; ++c) value[c] = Decode(static_cast<uint8_t>(c));
+  }
+};
 template <>
 struct Fp8Codec<c10::Float8_e4m3fn> {
-  static float to_float(uint8_t x) { return c10::detail::fp8e4m3fn_to_fp32_value(x); }
+  static float to_float(uint8_t x) { return table.value[x]; }
+  static inline const Fp8Table<c10::detail::fp8e4m3fn_to_fp32_value> table;
   static uint8_t from_float(float x) { return c10::detail::fp8e4m3fn_from_fp32_value(x); }
 #if defined(CPU_CAPABILITY_AVX512)
   // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
@@ -105,7 +115,8 @@ struct Fp8Codec<c10::Float8_e4m3fn> {
 };
 template <>
 struct Fp8Codec<c10::Float8_e5m2> {
-  static float to_float(uint8_t x) { return c10::detail::fp8e5m2_to_fp32_value(x); }
+  static float to_float(uint8_t x) { return table.value[x]; }
+  static inline const Fp8Table<c10::detail::fp8e5m2_to_fp32_value> table;
   static uint8_t from_float(float x) { return c10::detail::fp8e5m2_from_fp32_value(x); }
 #if defined(CPU_CAPABILITY_AVX512)
   static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e5m2_fp32(x, o); }
@@ -360,6 +371,7 @@ struct VecLanes {
     return _mm512_maskz_set1_epi32(_mm512_cmplt_epi32_mask(a.v, b.v), -1);
   }
   static U select(const U& mask, const U& a, const U& b) { return _mm512_ternarylogic_epi32(mask.v, a.v, b.v, 0xCA); }
+  static U min(const U& a, const U& b) { return _mm512_min_epu32(a.v, b.v); }
   // the stored bytes of kWidth / 2 elements, widened to uint32 lanes; and back
   static U widen(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
@@ -371,6 +383,7 @@ struct VecLanes {
   static F as_float(const U& u) { return _mm256_castsi256_ps(u.v); }
   static U less_than(const U& a, const U& b) { return _mm256_cmpgt_epi32(b.v, a.v); }  // both below 2^31
   static U select(const U& mask, const U& a, const U& b) { return _mm256_blendv_epi8(b.v, a.v, mask.v); }
+  static U min(const U& a, const U& b) { return _mm256_min_epu32(a.v, b.v); }
   static U widen(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, b.v), 0xD8);  // 16 x uint16, in order
@@ -381,54 +394,72 @@ struct VecLanes {
 };
 #endif
 
-// LAMB16's stochastic rounding of one loop step (n <= kWidth elements): m and v
-// (clamped, scaled by the new scales) rounded onto the float8 grids and stored
-// as codes into m8 / v8, with one hash per element of (key, the grads g divided
-// by grad_scale, the bytes m8 / v8 held before the step). The codes come from the
-// rounded bits (rounding::stochastic_code), so no float8 encoder runs.
-inline void stochastic_store_moments(uint32_t key, const F2& g, uint8_t* m8, uint8_t* v8, int64_t n, const F2& m,
-                                     const F2& v) {
-  using namespace rounding;
-  // A tail goes through buffers: its old bytes (zeros past n) and its new codes.
-  uint8_t old[2][kWidth], out[2][kWidth];
-  const uint8_t *mb = m8, *vb = v8;
-  uint8_t *mo = m8, *vo = v8;
-  if (n < kWidth) {
-    std::memset(old, 0, sizeof(old));
-    std::memcpy(old[0], m8, n);
-    std::memcpy(old[1], v8, n);
-    mb = old[0], vb = old[1], mo = out[0], vo = out[1];
+// LAMB16's stochastic rounding, one float vector at a time: the float8 codes of
+// m and v (clamped, scaled by the new scales) rounded onto their grids, with one
+// hash per element of (key, the grads g divided by grad_scale, the bytes m8 / v8
+// held before the step). The codes come from the rounded bits
+// (rounding::stochastic_code), so no float8 encoder runs.
+//
+// The bytes of one loop step as they were before it writes: a tail (n < kWidth)
+// reads zero-padded copies.
+struct OldCodes {
+  const uint8_t *m, *v;
+  uint8_t pad[2][kWidth];
+  OldCodes(const uint8_t* m8, const uint8_t* v8, int64_t n) : m(m8), v(v8) {
+    if (n == kWidth) return;
+    std::memset(pad, 0, sizeof(pad));
+    std::memcpy(pad[0], m8, n);
+    std::memcpy(pad[1], v8, n);
+    m = pad[0], v = pad[1];
   }
+  OldCodes(const OldCodes&) = delete;  // m, v may point into pad
+};
+
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-  constexpr int64_t W = fVec::size();
-  U32Vec mc[2] = {U32Vec(0u), U32Vec(0u)}, vc[2] = {U32Vec(0u), U32Vec(0u)};
-  const fVec* gs[2] = {&g.a, &g.b};
-  const fVec* ms[2] = {&m.a, &m.b};
-  const fVec* vs[2] = {&v.a, &v.b};
-  for (int k = 0; k < 2; ++k) {
-    const U32Vec h = element_hash(key, VecLanes::as_bits(*gs[k]), VecLanes::widen(mb + k * W),
-                                  VecLanes::widen(vb + k * W));
-    mc[k] = stochastic_code<E4M3, VecLanes>(*ms[k], dither<E4M3>(h));
-    vc[k] = stochastic_code<E5M2, VecLanes>(*vs[k], dither<E5M2>(h));
-  }
-  VecLanes::narrow(mc[0], mc[1], mo);  // (every old byte was read above)
-  VecLanes::narrow(vc[0], vc[1], vo);
-#else
-  float gs[kWidth], ms[kWidth], vs[kWidth];
-  g.a.store(gs), g.b.store(gs + fVec::size());
-  m.a.store(ms), m.b.store(ms + fVec::size());
-  v.a.store(vs), v.b.store(vs + fVec::size());
-  for (int64_t k = 0; k < n; ++k) {
-    const uint32_t h = element_hash(key, ScalarLanes::as_bits(gs[k]), uint32_t(mb[k]), uint32_t(vb[k]));
-    mo[k] = uint8_t(stochastic_code<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h)));
-    vo[k] = uint8_t(stochastic_code<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h)));
-  }
-#endif
-  if (n < kWidth) {
-    std::memcpy(m8, out[0], n);
-    std::memcpy(v8, out[1], n);
-  }
+struct MomentCodes {  // one float vector's codes, one per uint32 lane
+  U32Vec m{0u}, v{0u};
+};
+// old_m / old_v: the vector's fVec::size() old bytes.
+inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
+                                    const uint8_t* old_v) {
+  using namespace rounding;
+  const U32Vec h = element_hash(key, VecLanes::as_bits(g), VecLanes::widen(old_m), VecLanes::widen(old_v));
+  return {stochastic_code<E4M3, VecLanes>(m, dither<E4M3>(h)), stochastic_code<E5M2, VecLanes>(v, dither<E5M2>(h))};
 }
+// Stores the n <= kWidth codes of a loop step's two vectors (every old byte was read).
+inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
+  uint8_t out[2][kWidth];
+  const bool full = n == kWidth;
+  VecLanes::narrow(a.m, b.m, full ? m8 : out[0]);
+  VecLanes::narrow(a.v, b.v, full ? v8 : out[1]);
+  if (full) return;
+  std::memcpy(m8, out[0], n);
+  std::memcpy(v8, out[1], n);
+}
+#else
+struct MomentCodes {
+  uint8_t m[fVec::size()], v[fVec::size()];
+};
+inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
+                                    const uint8_t* old_v) {
+  using namespace rounding;
+  float gs[fVec::size()], ms[fVec::size()], vs[fVec::size()];
+  g.store(gs), m.store(ms), v.store(vs);
+  MomentCodes c;
+  for (int64_t k = 0; k < fVec::size(); ++k) {
+    const uint32_t h = element_hash(key, ScalarLanes::as_bits(gs[k]), uint32_t(old_m[k]), uint32_t(old_v[k]));
+    c.m[k] = uint8_t(stochastic_code<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h)));
+    c.v[k] = uint8_t(stochastic_code<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h)));
+  }
+  return c;
+}
+inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
+  constexpr int64_t W = fVec::size();
+  std::memcpy(m8, a.m, std::min(n, W));
+  std::memcpy(v8, a.v, std::min(n, W));
+  if (n > W) std::memcpy(m8 + W, b.m, n - W), std::memcpy(v8 + W, b.v, n - W);
+}
+#endif
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).
