@@ -78,6 +78,27 @@ def glue_sources() -> list[str]:
     return srcs
 
 
+def check_shared_libstdcxx(path: str) -> None:
+    """Refuses an extension that carries its own copy of libstdc++. torch's libraries
+    use the shared one; with a second, static copy inside ``_C`` the process has two
+    sets of locale facets, and the first error message ``_C`` formats crashes
+    (SIGSEGV in ``std::ostream``, seen on a CUDA image whose ``CXX=/opt/gcc/bin/g++``
+    links libstdc++ statically). Linux only, and only where ``readelf`` exists."""
+    import shutil
+    import subprocess
+    import sys
+
+    readelf = shutil.which("readelf")
+    if not sys.platform.startswith("linux") or readelf is None:
+        return
+    dynamic = subprocess.run([readelf, "-d", path], capture_output=True, text=True).stdout
+    if "libstdc++" not in dynamic:
+        raise RuntimeError(
+            f"{path} does not load the shared libstdc++: the C++ compiler ({os.environ.get('CXX', 'c++')}) linked "
+            "it statically, and such an extension crashes on its first error message. Build with a compiler "
+            "that links libstdc++ dynamically, e.g. CC=gcc CXX=g++ pip install --no-build-isolation .")
+
+
 class BuildExt(BuildExtension):
     """Compiles the ISA kernel objects, then links them after the glue objects.
 
@@ -105,6 +126,7 @@ class BuildExt(BuildExtension):
             )
         ext.extra_objects = list(ext.extra_objects or []) + isa_objects
         super().build_extension(ext)
+        check_shared_libstdcxx(self.get_ext_fullpath(ext.name))
 
 
 def extensions():

@@ -1,7 +1,7 @@
 """Optimizer step time: our ops against plain torch and torch's fused twins (CPU or CUDA).
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
-                                    [--capability default|avx2|avx512]
+                                    [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -86,7 +86,7 @@ TWINS = {
 }
 
 
-def rows_for(kind, shapes) -> list[tuple[str, int, Callable[[], object]]]:
+def rows_for(kind, shapes, compiled_reference=True) -> list[tuple[str, int, Callable[[], object]]]:
     """(name, bytes/param floor, zero-argument step) rows, each on its own copy of the state."""
     lr = torch.tensor(1e-4)
     kw = KWARGS[kind]
@@ -95,9 +95,10 @@ def rows_for(kind, shapes) -> list[tuple[str, int, Callable[[], object]]]:
     rows.append(("inductor_lamb op", BYTES_PER_PARAM[kind], lambda s=s: OURS[kind](*s, lr=lr, **kw)))
     s = make_state(shapes, kind=kind)
     rows.append(("plain torch reference (eager)", BYTES_PER_PARAM[kind], lambda s=s: REFERENCE[kind](*s, lr=lr, **kw)))
-    s = make_state(shapes, kind=kind)
-    compiled = torch.compile(REFERENCE[kind])
-    rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr=lr, **kw)))
+    if compiled_reference:
+        s = make_state(shapes, kind=kind)
+        compiled = torch.compile(REFERENCE[kind])
+        rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr=lr, **kw)))
     for name, floor, make_twin in TWINS[kind]:
         rows.append((name, BYTES_PER_PARAM[floor], make_twin(shapes)))
     return rows
@@ -115,7 +116,7 @@ def run(args) -> list[dict]:
         # Each table is measured in one go, with its own bandwidth reference, and its
         # state freed afterwards: rows are compared under the same machine conditions.
         bw = stream_bandwidth()
-        rows = rows_for(kind, workloads[w])
+        rows = rows_for(kind, workloads[w], args.compiled_reference)
         n = numel(workloads[w])
         table = []
         for name, floor, fn in rows:
@@ -178,6 +179,8 @@ def run_cuda(args) -> list[dict]:
                 (name, BYTES_PER_PARAM[floor],
                  (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))),
             ]
+            if not args.compiled_reference:
+                makers = [m for m in makers if m[0] != "torch.compile(reference)"]
             table = []
             for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
                 fn = make()
@@ -246,6 +249,8 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--capability", default="", choices=["", "default", "avx2", "avx512"],
                     help="run our CPU kernels of this instruction set (default: the best this CPU has)")
+    ap.add_argument("--no-compiled-reference", dest="compiled_reference", action="store_false",
+                    help="leave out the torch.compile(reference) row (its compile takes minutes on large lists)")
     args = ap.parse_args()
     run_cuda(args) if args.device == "cuda" else run(args)
 

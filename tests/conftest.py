@@ -51,10 +51,19 @@ def noncontiguous_like(t: torch.Tensor, kind: str) -> torch.Tensor:
     if kind == "transposed":
         dims = list(range(t.dim()))[::-1]
         return t.permute(dims).contiguous().permute(dims)
-    big = torch.empty(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+    big = torch.empty(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype, device=t.device)
     view = big[..., ::2]
     view.copy_(t)
     return view
+
+
+def lamb_calls(code: str) -> list[str]:
+    """The lines of Inductor-generated ``code`` that call a ``torch.ops.lamb`` op.
+    Comments don't count: Inductor names in them the FX nodes a kernel came from
+    (``# Graph fragment: ... target=torch.ops.lamb.lamb_step_.default``, seen in
+    Triton kernels with torch 2.11)."""
+    return [line.strip() for line in code.splitlines()
+            if "torch.ops.lamb." in line and not line.lstrip().startswith("#")]
 
 
 def snapshot(lists):
