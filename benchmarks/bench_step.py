@@ -168,19 +168,18 @@ def run_cuda(args) -> list[dict]:
             n = numel(shapes)
             lr = torch.tensor(1e-4, device="cuda")
             kw = KWARGS[kind]
-            compiled_ref = torch.compile(REFERENCE[kind])
             name, floor, cls, tkw = twins[kind]
             makers = [
                 ("inductor_lamb op", BYTES_PER_PARAM[kind], lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr=lr, **kw))),
                 ("plain torch reference (eager)", BYTES_PER_PARAM[kind],
                  lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr=lr, **kw))),
-                ("torch.compile(reference)", BYTES_PER_PARAM[kind],
-                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr=lr, **kw))),
-                (name, BYTES_PER_PARAM[floor],
-                 (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))),
             ]
-            if not args.compiled_reference:
-                makers = [m for m in makers if m[0] != "torch.compile(reference)"]
+            if args.compiled_reference:
+                compiled_ref = torch.compile(REFERENCE[kind])
+                makers.append(("torch.compile(reference)", BYTES_PER_PARAM[kind],
+                               lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr=lr, **kw))))
+            makers.append((name, BYTES_PER_PARAM[floor],
+                           (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))))
             table = []
             for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
                 fn = make()
