@@ -272,7 +272,8 @@ def adagrad_step(a: SimpleNamespace) -> None:
         if a.maximize:
             g = -g
         step += 1
-        clr = a.lr / (1 + (step - 1) * a.lr_decay)
+        t = step.to(torch.promote_types(step.dtype, p.dtype))  # (float32 steps of float64 params)
+        clr = a.lr / (1 + (t - 1) * a.lr_decay)
         if a.weight_decay != 0:
             g = g + a.weight_decay * p
         s.addcmul_(g, g)

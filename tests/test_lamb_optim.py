@@ -226,8 +226,8 @@ def test_constructor_validation():
         Lamb(p, eps=-1.0)
     with pytest.raises(ValueError, match="weight_decay"):
         Lamb(p, weight_decay=-0.1)
-    with pytest.raises(TypeError, match="float32, bfloat16 and float16"):
-        Lamb([nn.Parameter(torch.randn(3, dtype=torch.float64))])
+    with pytest.raises(TypeError, match="float32, float64, bfloat16 and float16"):
+        Lamb([nn.Parameter(torch.randn(3, dtype=torch.complex64))])
 
 
 def test_sparse_grad_rejected():

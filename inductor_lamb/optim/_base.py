@@ -7,6 +7,7 @@ the list ops, GradScaler support, float32 state that survives
 from __future__ import annotations
 
 import struct
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,29 +16,33 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from .. import ops
-from ..spec import OpSpec, Role
+from .. import ops, reference
+from ..spec import SPECS, OpSpec, Role
 from . import _sharding
 
 __all__ = ["FusedOptimizer", "ScheduledValues", "as_lr_tensor", "check_betas", "check_nonnegative"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
+# Param dtypes the optimizers take: the ops' three, and float64, which steps
+# through the float64 reference math (see FusedOptimizer._functions).
+_PARAM_DTYPES = (torch.float32, *_LOW_PRECISION, torch.float64)
 
 
-def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu") -> Tensor:
-    """``lr`` as a 0-d float32 tensor on ``device``: schedulers then update it in
-    place (``fill_``), so a changing learning rate never recompiles a graph, and
-    on a GPU the kernels read it there (no host sync, CUDA-graph capturable)."""
+def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
+    """``lr`` as a 0-d tensor on ``device`` (float32, what the ops take; float64 for
+    float64 params): schedulers then update it in place (``fill_``), so a changing
+    learning rate never recompiles a graph, and on a GPU the kernels read it there
+    (no host sync, CUDA-graph capturable)."""
     device = torch.device(device)
     if isinstance(lr, Tensor):
         if lr.numel() != 1:
-            raise ValueError(f"lr must be a float or a 1-element tensor, got shape {tuple(lr.shape)}")
-        if lr.dim() == 0 and lr.dtype == torch.float32 and lr.device == device:
+            raise ValueError("Tensor lr must be 1-element")  # torch.optim's message
+        if lr.dim() == 0 and lr.dtype == dtype and lr.device == device:
             return lr
-        return lr.detach().reshape(()).to(device=device, dtype=torch.float32)
+        return lr.detach().reshape(()).to(device=device, dtype=dtype)
     lr = float(lr)
     check_lr(lr)
-    return torch.tensor(lr, dtype=torch.float32, device=device)
+    return torch.tensor(lr, dtype=dtype, device=device)
 
 
 def check_lr(lr: float) -> None:
@@ -79,8 +84,8 @@ class ScheduledValues:
     """
 
     def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
-                 defaults: dict[str, Any]) -> None:
-        self.scheduled, self.device, self.values = scheduled, device, {}
+                 defaults: dict[str, Any], dtype: torch.dtype = torch.float32) -> None:
+        self.scheduled, self.device, self.dtype, self.values = scheduled, device, dtype, {}
         for key, validate in scheduled.items():
             if key not in group:
                 continue
@@ -94,12 +99,12 @@ class ScheduledValues:
             group[key] = self.values[key]
 
     def _own(self, value: Any, shared: bool) -> Tensor:
-        """A 0-d float32 tensor on the group's device that this group may fill in
-        place: a user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
-        if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == torch.float32 \
+        """A 0-d tensor on the group's device that this group may fill in place: a
+        user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
+        if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == self.dtype \
                 and value.device == self.device:
             return value
-        return as_lr_tensor(value, self.device).clone()
+        return as_lr_tensor(value, self.device, self.dtype).clone()
 
     def sync(self, group: dict[str, Any]) -> None:
         for key, current in self.values.items():
@@ -116,7 +121,7 @@ class ScheduledValues:
     def _assign(self, current: Tensor, value: Any) -> Tensor:
         if value is current:
             return current
-        if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == torch.float32 \
+        if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == self.dtype \
                 and value.device == self.device:
             return value  # the user hands in a tensor of their own
         current.fill_(value)
@@ -150,6 +155,13 @@ def _group_device(group: dict[str, Any]) -> torch.device:
     return devices.pop() if len(devices) == 1 else torch.device("cpu")
 
 
+def _group_dtype(group: dict[str, Any]) -> torch.dtype:
+    """The dtype of a group's scheduled values: float64 when all its params are
+    float64 (their float64 math then reads lr at full precision), else float32."""
+    params = group["params"]
+    return torch.float64 if params and all(p.dtype == torch.float64 for p in params) else torch.float32
+
+
 class FusedOptimizer(Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
     (device, dtype, sharding) bucket of each param group (per chunk of
@@ -165,6 +177,13 @@ class FusedOptimizer(Optimizer):
 
     DTensor params (FSDP2, HSDP, tensor parallel) step on their local shards
     with exact per-tensor norms: :mod:`._sharding`.
+
+    ``unscale_in_step=True`` lets ``torch.amp.GradScaler`` hand its scale and inf
+    flag to ``step`` (``grad_scale`` / ``found_inf`` attributes, like torch's fused
+    Adam), which unscales inside the kernels: no separate pass over the grads and
+    no host sync. Off by default: GradScaler then unscales first (``unscale_``),
+    which gradient clipping by Lightning, HF ``Trainer`` or ``clip_grad_norm_``
+    needs; Lightning refuses to clip for an optimizer that unscales itself.
     """
 
     # Params per op call: a bucket with more takes several calls. Why: Inductor's
@@ -174,9 +193,6 @@ class FusedOptimizer(Optimizer):
     # a few hundredths of a ms per step more than 64 on small params.
     max_tensors_per_call: int = 32
 
-    # GradScaler passes grad_scale / found_inf as attributes (like torch's fused Adam)
-    # instead of unscaling the grads in a separate pass.
-    _step_supports_amp_scaling = True
     _op: OpSpec
     _state_keys: tuple[str, ...] = ()
     _scalar_state_keys: tuple[str, ...] = ()
@@ -204,8 +220,10 @@ class FusedOptimizer(Optimizer):
         # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
         cls._flat_lists = (*(a.name for a in op.args if a.role in _BUCKET_LISTS), "master_params")
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, unscale_in_step: bool = False) -> None:
         as_lr_tensor(defaults["lr"])  # validates
+        # (what GradScaler and Lightning read: see the class docstring)
+        self._step_supports_amp_scaling = bool(unscale_in_step)
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
         self._stepped_in_graph = torch.zeros((), dtype=torch.bool)  # recipe (a) only
@@ -234,8 +252,12 @@ class FusedOptimizer(Optimizer):
         groups = state.pop("param_groups", None)
         super().__setstate__(state)
         if groups is not None:
-            for group in groups:  # options added after a checkpoint was written
-                for key, value in {**self.defaults, **self._options_before_they_existed}.items():
+            # Options added after a checkpoint was written (not torch.optim's
+            # "differentiable", which its __setstate__ puts into the defaults: a
+            # state dict must read back as it was saved).
+            options = {k: v for k, v in self.defaults.items() if k != "differentiable"}
+            for group in groups:
+                for key, value in {**options, **self._options_before_they_existed}.items():
                     group.setdefault(key, value)
             self.param_groups = groups
 
@@ -245,9 +267,9 @@ class FusedOptimizer(Optimizer):
         self.__dict__["_group_values"].append(self._scheduled_values(groups[-1]))
         group = groups[-1]
         for p in group["params"]:
-            if p.dtype not in (torch.float32, *_LOW_PRECISION):
+            if p.dtype not in _PARAM_DTYPES:
                 raise TypeError(
-                    f"{type(self).__name__} supports float32, bfloat16 and float16 params, got {p.dtype}"
+                    f"{type(self).__name__} supports float32, float64, bfloat16 and float16 params, got {p.dtype}"
                 )
         # State is created now rather than at the first step (as torch.optim does): a
         # compiled training step then sees the same state from its first call and
@@ -258,7 +280,7 @@ class FusedOptimizer(Optimizer):
                 self._init_state(p, group, master=False)
 
     def _scheduled_values(self, group: dict[str, Any]) -> ScheduledValues:
-        return ScheduledValues(group, self._scheduled, _group_device(group), self.defaults)
+        return ScheduledValues(group, self._scheduled, _group_device(group), self.defaults, _group_dtype(group))
 
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
@@ -268,7 +290,7 @@ class FusedOptimizer(Optimizer):
                 state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             for key in self._state_keys:
                 state[key] = torch.full_like(
-                    p, self._state_fill(key, group), dtype=self._state_dtype(key),
+                    p, self._state_fill(key, group), dtype=self._state_dtype(key, p.dtype),
                     memory_format=torch.preserve_format,
                 )
             for key in self._scalar_state_keys:
@@ -281,8 +303,12 @@ class FusedOptimizer(Optimizer):
         """Initial value of state tensor ``key``."""
         return 0.0
 
-    def _state_dtype(self, key: str) -> torch.dtype:
-        return self._state_dtypes.get(key, torch.float32)  # (scalars, master copies: float32)
+    def _state_dtype(self, key: str, param_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of state ``key`` of a param of ``param_dtype``: the op's (float32
+        moments, LAMB16's float8), float64 for float64 params' float32 state."""
+        dtype = self._state_dtypes.get(key, torch.float32)  # (scalars, master copies: float32)
+        return torch.float64 if param_dtype == torch.float64 and dtype == torch.float32 \
+            and key not in self._scalar_state_keys else dtype
 
     def state_bytes_per_param(self) -> float:
         """Bytes of optimizer state (every tensor in ``self.state``: moments,
@@ -313,7 +339,40 @@ class FusedOptimizer(Optimizer):
             lines += [f"    {key}: {plain[key]}" for key in sorted(plain) if key != "params"]
         return "\n".join(lines) + "\n)"
 
+    # Param-group keys of other implementations that carry nothing these optimizers
+    # use (torch.optim's implementation flags), dropped when their state dicts load.
+    _foreign_keys: tuple[str, ...] = ("foreach", "fused", "capturable", "differentiable")
+
+    def _adopt_foreign_group(self, group: dict[str, Any], num_groups: int) -> list[str]:
+        """Translates, in place, a loaded param group written by another
+        implementation of this optimizer; returns what cannot be carried over."""
+        return []
+
+    def _from_other_layouts(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A state dict from another implementation in this optimizer's layout:
+        a per-group ``step`` (timm's Lamb, apex's FusedLAMB) becomes every param's
+        ``step``, foreign keys are dropped or translated (``_adopt_foreign_group``),
+        with a warning that names what does not carry over. Ours pass unchanged."""
+        groups = state_dict["param_groups"]
+        if not any("step" in g or any(k in g for k in self._foreign_keys) for g in groups):
+            return state_dict
+        state = {pid: dict(s) for pid, s in state_dict["state"].items()}
+        new_groups, notes = [], []
+        for g in groups:
+            g = {k: v for k, v in g.items() if k not in self._foreign_keys}
+            step = g.pop("step", None)
+            if step is not None and self._has_step:
+                for pid in g["params"]:
+                    if pid in state and "step" not in state[pid]:
+                        state[pid]["step"] = torch.as_tensor(step, dtype=torch.float32).clone().reshape(())
+            notes += [n for n in self._adopt_foreign_group(g, len(groups)) if n not in notes]
+            new_groups.append(g)
+        if notes:
+            warnings.warn(f"{type(self).__name__}.load_state_dict: " + "; ".join(notes), stacklevel=3)
+        return {**state_dict, "state": state, "param_groups": new_groups}
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._from_other_layouts(state_dict)
         # torch.optim casts floating state to the param dtype (bf16 params would
         # lose their float32 moments, LAMB16's float8 ones would become float32);
         # keep each in the dtype the ops require, from the saved tensors themselves.
@@ -334,7 +393,7 @@ class FusedOptimizer(Optimizer):
                 continue
             state = self.state[p]
             for k, v in values.items():
-                state[k] = v.to(device=p.device, dtype=self._state_dtype(k), copy=True)
+                state[k] = v.to(device=p.device, dtype=self._state_dtype(k, p.dtype), copy=True)
                 if k in self._scalar_state_keys:
                     state[k] = state[k].reshape(())
             step = state.pop("step", None)
@@ -450,7 +509,13 @@ class FusedOptimizer(Optimizer):
                 continue
             name = repr(names[i]) if names else f"{i} of param group {index}"
             if p.grad.is_sparse:
-                raise RuntimeError(f"{who} does not support sparse gradients")
+                self._check_sparse(p, group, name)
+                b = buckets[(p.device, p.dtype, "sparse")]
+                b["sharding"], b["sparse"] = None, True
+                b["names"].append(names[i] if names else None)
+                for arg, t in self._param_tensors(p, self._init_state(p, group)):
+                    b[arg].append(t)
+                continue
             state = self._init_state(p, group)
             sharding = _sharding.sharding_of(p, p.grad, state, name, who)
             if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
@@ -464,6 +529,15 @@ class FusedOptimizer(Optimizer):
             for arg, t in self._param_tensors(p, state):
                 b[arg].append(_sharding.local(t))
         return buckets
+
+    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
+        """Raises unless this optimizer steps param ``name`` with its sparse grad
+        (``_step_sparse``); checked with every other argument, before any step."""
+        raise RuntimeError(f"{type(self).__name__} does not support sparse gradients (param {name})")
+
+    def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
+                     found_inf: Tensor | None) -> None:
+        raise NotImplementedError
 
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
         """grad_scale / found_inf set by torch.amp.GradScaler for this step, on ``device``."""
@@ -491,6 +565,8 @@ class FusedOptimizer(Optimizer):
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         for group, buckets in groups:
+            if not buckets:  # a frozen group, or no grads in this step: nothing to do (as torch.optim)
+                continue
             # Clipping by the group's global grad norm: the op does it when the
             # group is one unsharded bucket; otherwise the clip folds into grad_scale.
             max_norm = float(group.get("max_grad_norm", 0.0))
@@ -531,7 +607,8 @@ class FusedOptimizer(Optimizer):
         device-to-device copies and collectives only)."""
         total = None
         for bucket in buckets.values():
-            norms = torch._foreach_norm(bucket["grads"], 2, dtype=torch.float32)
+            grads = bucket["grads"]
+            norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
             part = torch.stack(norms).double().square().sum()
             part = _sharding.all_reduce_sum(part, bucket["sharding"])
             total = part if total is None else total + part.to(total.device, non_blocking=True)
@@ -548,6 +625,13 @@ class FusedOptimizer(Optimizer):
     def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
         """The op's hyper-parameters for one bucket: the group's entries of the same
         names (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device."""
+        for key, validate in self._scheduled.items():
+            # A value written into the group that no eager read synced (a compiled step
+            # reads the group as its guards saw it): the eager check and message.
+            value = group.get(key)
+            if value is not None and not isinstance(value, Tensor) and not (
+                    isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value)):
+                validate(_as_floats(value))
         values = dict(group)
         if "betas" in group:
             values["beta1"], values["beta2"] = group["betas"]
@@ -570,28 +654,48 @@ class FusedOptimizer(Optimizer):
     ) -> None:
         """The op call of one bucket of ``group``: the one-call op, or for sharded
         layer-wise buckets reduce, combine across shards, apply."""
+        if bucket.get("sparse"):
+            self._step_sparse(group, bucket, grad_scale, found_inf)
+            return
         op = self._op
+        dtype = bucket["params"][0].dtype
         args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
-        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf,
-                    master_params=bucket.get("master_params") or None)
+        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
+        if bucket.get("master_params"):
+            args["master_params"] = bucket["master_params"]
         if "max_grad_norm" in op.names:
             args["max_grad_norm"] = max_grad_norm
         n, size = len(bucket["params"]), self.max_tensors_per_call
+        if dtype == torch.float64:
+            # 0-d params (and their grads and state) as 1-element views: torch 2.13's
+            # dynamo drops in-place writes to 0-d float64 graph inputs (it takes them
+            # for wrapped Python floats).
+            shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
+            args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
         chunks = [self._chunk(args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
         sharding = bucket["sharding"]
         if sharding is None or not sharding.dims or not op.reductions:
             for chunk in chunks:
-                getattr(ops, op.name)(**chunk)
+                self._function(op.name, dtype)(**chunk)
             return
         # one collective for the bucket, whatever its number of op calls
-        partials = [getattr(ops, op.reduce_op)(**chunk) for chunk in chunks]
+        partials = [self._function(op.reduce_op, dtype)(**chunk) for chunk in chunks]
         totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
                                    [c.combine for c in op.reductions], sharding)
         lo = 0
         for chunk in chunks:
             hi = lo + len(chunk["params"])
-            getattr(ops, op.apply_op)(reductions=totals[lo:hi], **chunk)
+            self._function(op.apply_op, dtype)(reductions=totals[lo:hi], **chunk)
             lo = hi
+
+    @staticmethod
+    def _function(name: str, dtype: torch.dtype) -> Callable[..., Any]:
+        """The function of op ``name`` for a bucket of ``dtype`` params: the ops (fused kernels, Inductor
+        lowerings) for float32 / bfloat16 / float16 params; for float64 params, the
+        float64 reference math (:mod:`inductor_lamb.reference`, the equations every
+        kernel follows, in plain torch ops that any device runs and torch.compile
+        fuses), which the ops' float32 arithmetic could not match to float64 precision."""
+        return getattr(reference, SPECS[name].reference) if dtype == torch.float64 else getattr(ops, name)
 
     def _chunk(self, args: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
         """The op arguments of params ``lo:hi`` of a bucket of ``n``: its lists and

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ..spec import ADAGRAD
@@ -33,6 +34,8 @@ class Adagrad(FusedOptimizer):
         eps: added to the denominator.
         maximize: maximize the objective.
         master_weights: float32 master copies of bfloat16/float16 params.
+        unscale_in_step: GradScaler unscales the grads inside the step (see
+            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
     """
 
     _op = ADAGRAD
@@ -49,6 +52,7 @@ class Adagrad(FusedOptimizer):
         *,
         maximize: bool = False,
         master_weights: bool = False,
+        unscale_in_step: bool = False,
     ) -> None:
         check_nonnegative(lr_decay=lr_decay, weight_decay=weight_decay,
                           initial_accumulator_value=initial_accumulator_value, eps=eps)
@@ -57,7 +61,64 @@ class Adagrad(FusedOptimizer):
             initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize,
             master_weights=master_weights,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return float(group.get("initial_accumulator_value", 0.0))
+
+    # ---- sparse gradients (nn.Embedding(sparse=True)) ------------------------------------
+
+    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
+        if group["weight_decay"] != 0:  # torch.optim.Adagrad's check and message
+            raise RuntimeError("weight_decay option is not compatible with sparse gradients")
+        if p.is_sparse:
+            raise RuntimeError(f"Adagrad: param {name} is sparse; sparse gradients need a dense param")
+
+    @torch.no_grad()
+    def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
+                     found_inf: Tensor | None) -> None:
+        """torch.optim.Adagrad's sparse update: only the rows a sparse grad touches
+        change, in ``sum`` and in the param, at a cost in those rows alone (a
+        gather and a scatter per tensor, no dense pass over the table)."""
+        if found_inf is not None and bool(found_inf):
+            return
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        masters = bucket.get("master_params") or [None] * len(bucket["params"])
+        for p, g, s, step, master in zip(bucket["params"], bucket["grads"], bucket["state_sums"], bucket["steps"],
+                                         masters):
+            g = g.coalesce()  # duplicate indices summed, as torch's update does
+            rows = _SparseRows(g._indices())
+            values = g._values().to(s.dtype, copy=True)  # (a copy: updated in place below)
+            if grad_scale is not None:
+                values.div_(grad_scale.to(values.dtype))
+            if group["maximize"]:
+                values.neg_()
+            step += 1
+            clr = lr / (1 + (step.to(s.dtype) - 1) * lr_decay)
+            sums = rows.get(s).addcmul_(values, values)
+            rows.put(s, sums)
+            update = values.div_(sums.sqrt_().add_(eps)).mul_(clr)  # (in place: gathered rows only)
+            target = p if master is None else master
+            new = rows.get(target).to(s.dtype).sub_(update)
+            rows.put(target, new)
+            if master is not None:
+                rows.put(p, new)
+
+
+class _SparseRows:
+    """The entries a sparse COO grad addresses (its ``sparse_dim`` leading index
+    dims) in a dense tensor of the same shape: gathered and written back without
+    touching the rest."""
+
+    def __init__(self, indices: Tensor) -> None:
+        self.index = indices[0] if indices.shape[0] == 1 else tuple(indices)
+
+    def get(self, t: Tensor) -> Tensor:
+        return t.index_select(0, self.index) if isinstance(self.index, Tensor) else t[self.index]
+
+    def put(self, t: Tensor, values: Tensor) -> None:
+        values = values.to(t.dtype)
+        if isinstance(self.index, Tensor):
+            t.index_copy_(0, self.index, values)
+        else:
+            t.index_put_(self.index, values)

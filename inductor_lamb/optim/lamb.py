@@ -40,6 +40,8 @@ class Lamb(FusedOptimizer):
             over the param group.
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
+        unscale_in_step: GradScaler unscales the grads inside the step (see
+            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
 
     State per parameter: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
     (float32), and ``master_param`` with ``master_weights``.
@@ -63,6 +65,7 @@ class Lamb(FusedOptimizer):
         trust_clip: bool = False,
         max_grad_norm: float = 0.0,
         master_weights: bool = False,
+        unscale_in_step: bool = False,
     ) -> None:
         check_betas(betas)
         check_nonnegative(eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
@@ -71,4 +74,25 @@ class Lamb(FusedOptimizer):
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
             max_grad_norm=max_grad_norm, master_weights=master_weights,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
+
+    def _adopt_foreign_group(self, group: dict[str, Any], num_groups: int) -> list[str]:
+        """timm's ``Lamb`` and apex's ``FusedLAMB`` groups: the same hyper-parameters
+        (apex FusedLAMB semantics), plus options this Lamb does not have."""
+        notes = []
+        if group.get("max_grad_norm") is None:  # timm: None disables clipping
+            group["max_grad_norm"] = 0.0
+        elif group["max_grad_norm"] > 0 and num_groups > 1:
+            notes.append("max_grad_norm clips by the grad norm of each param group here, of all groups in "
+                         "timm and apex")
+        if group.pop("caution", False):
+            notes.append("caution=True (cautious masking) is not supported: the steps go on without it")
+        decoupled = group.pop("decoupled_decay", False)
+        group.pop("corrected_weight_decay", None)
+        group.pop("max_lr_snapshot", None)
+        if decoupled and group.get("weight_decay", 0) != 0:
+            notes.append("decoupled_decay=True is not supported: weight decay stays inside the update u "
+                         "(scaled by the trust ratio)")
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        return notes

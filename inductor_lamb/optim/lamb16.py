@@ -49,6 +49,8 @@ class Lamb16(FusedOptimizer):
             ``False`` rounds them to nearest even.
         seed: seed of the stochastic rounding's random bits (any int); the same
             on every rank of a sharded run.
+        unscale_in_step: GradScaler unscales the grads inside the step (see
+            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
 
     State per parameter: ``step`` (0-d float32), ``exp_avg`` (float8_e4m3fn),
     ``exp_avg_sq`` (float8_e5m2), ``exp_avg_scale`` and ``exp_avg_sq_scale``
@@ -74,6 +76,7 @@ class Lamb16(FusedOptimizer):
         master_weights: bool = False,
         stochastic_rounding: bool = True,
         seed: int = 0,
+        unscale_in_step: bool = False,
     ) -> None:
         check_betas(betas)
         check_nonnegative(eps=eps, weight_decay=weight_decay, trust_scale=trust_scale)
@@ -83,7 +86,7 @@ class Lamb16(FusedOptimizer):
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_scale=trust_scale,
             master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=seed,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return 1.0 if key in self._scalar_state_keys else 0.0

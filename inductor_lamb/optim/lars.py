@@ -59,6 +59,8 @@ class Lars(FusedOptimizer):
         exclude_from_layer_adaptation: parameters that keep decay but use ``lr`` as is.
         rescale_grad: gradients are multiplied by this first.
         master_weights: float32 master copies of bfloat16/float16 params.
+        unscale_in_step: GradScaler unscales the grads inside the step (see
+            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
 
     State per parameter: ``momentum_buffer`` (float32, starts at zero), and
     ``master_param`` with ``master_weights``.
@@ -71,7 +73,7 @@ class Lars(FusedOptimizer):
     def __init__(
         self,
         params: Iterable[Any],
-        lr: float | Tensor,
+        lr: float | Tensor = 1e-3,
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
         lars_coeff: float = 0.001,
@@ -81,6 +83,7 @@ class Lars(FusedOptimizer):
         exclude_from_layer_adaptation: Exclusion = None,
         rescale_grad: float = 1.0,
         master_weights: bool = False,
+        unscale_in_step: bool = False,
     ) -> None:
         check_nonnegative(momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps)
         self._no_decay = _matcher(exclude_from_weight_decay, "exclude_from_weight_decay")
@@ -90,7 +93,7 @@ class Lars(FusedOptimizer):
             lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
             rescale_grad=rescale_grad, master_weights=master_weights,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
