@@ -2,6 +2,7 @@
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
+    python benchmarks/bench_step.py --amp [--ops ...] | --sparse
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -10,6 +11,10 @@ GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LAMB16 26, LARS 2
 20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
+
+``--amp``: a GradScaler step with the grads unscaled first (the default) against
+``unscale_in_step=True``. ``--sparse``: Adagrad on a 1M x 128 embedding's sparse
+grad against torch.optim.Adagrad.
 
 ``--device cuda``: a BERT-large-like list (~335M params) and 1000 small tensors;
 GB/s against a device-to-device copy measured in the same run, and CUDA kernel
@@ -205,6 +210,91 @@ def run_cuda(args) -> list[dict]:
     return results
 
 
+OPTIMIZERS = {"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": inductor_lamb.Lars,
+              "adagrad": inductor_lamb.Adagrad}
+
+
+def run_amp(args) -> list[dict]:
+    """What a GradScaler step costs when GradScaler unscales the grads first (the
+    default, which gradient clipping needs) against ``unscale_in_step=True`` (the
+    kernels unscale, no host sync), on the BERT-like list, side by side."""
+    torch.set_num_threads(args.threads)
+    shapes = bert_like_shapes()
+    n = numel(shapes)
+    print(f"# {machine_line(args.threads)}\n")
+    print(f"GradScaler step (scaler.step + update), BERT-like list: {len(shapes)} tensors, {n / 1e6:.2f}M params")
+    print(f"| {'optimizer':9s} | {'unscale first (default) ms':>27s} | {'unscale in step ms':>18s} | {'ratio':>6s} |")
+    print(f"|{'-' * 11}|{'-' * 29}|{'-' * 20}|{'-' * 8}|")
+    results = []
+    for kind in tqdm(args.ops, desc="GradScaler steps", file=sys.stderr):
+        steps = {}
+        for in_step in (False, True):
+            params = [torch.nn.Parameter(t) for t in make_state(shapes)[0]]
+            for p, g in zip(params, make_state(shapes, seed=1)[1]):
+                p.grad = g
+            opt = OPTIMIZERS[kind](params, lr=1e-4, unscale_in_step=in_step)
+            # scale 1: the unscale pass runs in full, and repeated steps keep the grads' values
+            scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=10**9)
+            scaler.scale(torch.ones(()))  # (creates the scale, as scaling the loss does)
+
+            def step(opt=opt, scaler=scaler):
+                scaler.step(opt)
+                scaler.update()
+
+            steps[in_step] = step
+        rounds = {False: [], True: []}
+        for _ in range(3):  # alternating rounds: both see the same machine conditions
+            for in_step, step in steps.items():
+                rounds[in_step].append(bench(step, min_time=args.min_time / 3))
+        times = {k: sorted(v)[1] for k, v in rounds.items()}
+        del steps
+        results.append({"op": kind, "unscale_first_ms": times[False] * 1e3, "in_step_ms": times[True] * 1e3})
+        print(f"| {kind:9s} | {times[False] * 1e3:27.2f} | {times[True] * 1e3:18.2f} | "
+              f"{times[False] / times[True]:5.2f}x |", flush=True)
+    return results
+
+
+def run_sparse(args) -> list[dict]:
+    """Adagrad with the sparse grad of a 1M x 128 embedding, 1% of its rows touched:
+    ours against torch.optim.Adagrad, alternating, on the same grads."""
+    torch.set_num_threads(args.threads)
+    rows, dim = 1_000_000, 128
+    gen = torch.Generator().manual_seed(0)
+    print(f"# {machine_line(args.threads)}\n")
+    grads = []
+    for _ in range(4):
+        idx = torch.randint(0, rows, (rows // 100,), generator=gen)  # ~1% of the rows, some repeated
+        grads.append(torch.sparse_coo_tensor(idx[None], torch.randn(len(idx), dim, generator=gen), (rows, dim)))
+    weight = torch.randn(rows, dim, generator=gen)
+    methods = {"inductor_lamb Adagrad": inductor_lamb.Adagrad, "torch.optim.Adagrad": torch.optim.Adagrad}
+    steps = {}
+    for name, cls in methods.items():
+        p = torch.nn.Parameter(weight.clone())
+        opt = cls([p], lr=0.01)
+        it = iter(range(10**9))
+
+        def step(p=p, opt=opt, it=it):
+            p.grad = grads[next(it) % len(grads)]
+            opt.step()
+
+        steps[name] = step
+    times = {name: [] for name in methods}
+    for r in tqdm(range(8), desc="sparse Adagrad", file=sys.stderr):  # alternating rounds, the first discarded
+        for name, step in steps.items():  # (the first steps of a process are slower: warm-up)
+            t = bench(step, min_time=args.min_time / 4, warmup=10)
+            if r:
+                times[name].append(t)
+    ms = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
+    ours = ms["inductor_lamb Adagrad"]
+    print(f"Sparse Adagrad: {rows} x {dim} embedding (float32), 1% of rows touched per step "
+          f"({grads[0].coalesce()._nnz()} rows after coalescing)")
+    print(f"| {'method':22s} | {'ms':>8s} | {'vs ours':>8s} |")
+    print(f"|{'-' * 24}|{'-' * 10}|{'-' * 10}|")
+    for name, t in ms.items():
+        print(f"| {name:22s} | {t:8.2f} | {t / ours:7.2f}x |")
+    return [{"method": name, "ms": t} for name, t in ms.items()]
+
+
 def state_bytes(shapes) -> str:
     """Measured state bytes per param of Lamb16 and Lamb on these shapes."""
     params = [torch.nn.Parameter(torch.empty(s)) for s in shapes]
@@ -250,8 +340,18 @@ def main():
                     help="run our CPU kernels of this instruction set (default: the best this CPU has)")
     ap.add_argument("--no-compiled-reference", dest="compiled_reference", action="store_false",
                     help="leave out the torch.compile(reference) row (its compile takes minutes on large lists)")
+    ap.add_argument("--amp", action="store_true",
+                    help="only the GradScaler table: unscale first (default) vs unscale_in_step=True")
+    ap.add_argument("--sparse", action="store_true",
+                    help="only the sparse Adagrad table (1M x 128 embedding, 1%% of rows touched)")
     args = ap.parse_args()
-    run_cuda(args) if args.device == "cuda" else run(args)
+    if args.amp or args.sparse:
+        if args.amp:
+            run_amp(args)
+        if args.sparse:
+            run_sparse(args)
+    else:
+        run_cuda(args) if args.device == "cuda" else run(args)
 
 
 if __name__ == "__main__":

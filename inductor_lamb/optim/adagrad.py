@@ -78,8 +78,9 @@ class Adagrad(FusedOptimizer):
     def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
                      found_inf: Tensor | None) -> None:
         """torch.optim.Adagrad's sparse update: only the rows a sparse grad touches
-        change, in ``sum`` and in the param, at a cost in those rows alone (a
-        gather and a scatter per tensor, no dense pass over the table)."""
+        change, in ``sum`` and in the param, at a cost in those rows alone: the
+        squared grads added into ``sum``, the new sums gathered, the update added
+        into the param (three passes over the touched rows, as torch's own)."""
         if found_inf is not None and bool(found_inf):
             return
         lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
@@ -95,20 +96,19 @@ class Adagrad(FusedOptimizer):
                 values.neg_()
             step += 1
             clr = lr / (1 + (step.to(s.dtype) - 1) * lr_decay)
-            sums = rows.get(s).addcmul_(values, values)
-            rows.put(s, sums)
-            update = values.div_(sums.sqrt_().add_(eps)).mul_(clr)  # (in place: gathered rows only)
-            target = p if master is None else master
-            new = rows.get(target).to(s.dtype).sub_(update)
-            rows.put(target, new)
-            if master is not None:
-                rows.put(p, new)
+            rows.add(s, values * values)
+            update = values.div_(rows.get(s).sqrt_().add_(eps)).mul_(-clr)
+            if master is None:
+                rows.add(p, update)
+            else:
+                rows.add(master, update)
+                rows.copy(p, rows.get(master))
 
 
 class _SparseRows:
     """The entries a sparse COO grad addresses (its ``sparse_dim`` leading index
-    dims) in a dense tensor of the same shape: gathered and written back without
-    touching the rest."""
+    dims, coalesced) in a dense tensor of its shape: read, added to and written
+    without touching the rest."""
 
     def __init__(self, indices: Tensor) -> None:
         self.index = indices[0] if indices.shape[0] == 1 else tuple(indices)
@@ -116,9 +116,14 @@ class _SparseRows:
     def get(self, t: Tensor) -> Tensor:
         return t.index_select(0, self.index) if isinstance(self.index, Tensor) else t[self.index]
 
-    def put(self, t: Tensor, values: Tensor) -> None:
-        values = values.to(t.dtype)
+    def add(self, t: Tensor, values: Tensor) -> None:
         if isinstance(self.index, Tensor):
-            t.index_copy_(0, self.index, values)
+            t.index_add_(0, self.index, values.to(t.dtype))
         else:
-            t.index_put_(self.index, values)
+            t.index_put_(self.index, values.to(t.dtype), accumulate=True)
+
+    def copy(self, t: Tensor, values: Tensor) -> None:
+        if isinstance(self.index, Tensor):
+            t.index_copy_(0, self.index, values.to(t.dtype))
+        else:
+            t.index_put_(self.index, values.to(t.dtype))

@@ -1,0 +1,119 @@
+"""The optimizers inside training frameworks: Lightning's Trainer with gradient
+clipping under mixed precision (fit, checkpoint, resume), and HF Trainer's
+max_grad_norm. Each runs when its framework is installed."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+
+import pytest
+import torch
+from torch import nn
+
+import inductor_lamb
+
+OPTIMIZERS = {"Lamb": dict(lr=0.01), "Lamb16": dict(lr=0.01), "Lars": dict(lr=0.5, lars_coeff=0.02),
+              "Adagrad": dict(lr=0.05)}
+
+
+def _lightning():
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            return importlib.import_module(name)
+    pytest.skip("needs lightning (pip install lightning)")
+
+
+def _module(pl, name):
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x).float(), y)
+
+        def configure_optimizers(self):
+            opt = getattr(inductor_lamb, name)(self.parameters(), **OPTIMIZERS[name])
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)}
+
+    return Regression()
+
+
+def _data():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=gen)
+    y = x.sum(1, keepdim=True).sin()
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)  # 4 steps an epoch
+
+
+def _trainer(pl, root, steps, precision):
+    return pl.Trainer(max_steps=steps, precision=precision, gradient_clip_val=0.5, accelerator="cpu", devices=1,
+                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=root)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed", "32-true"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_lightning_clipping_checkpoint_and_resume(name, precision, tmp_path):
+    """Trainer(gradient_clip_val=...) accepts the optimizer (Lightning refuses to clip
+    for optimizers that unscale inside step); a run checkpointed at step 4 resumes
+    with the optimizer state it saved and trains on to step 8."""
+    pl = _lightning()
+    first = _module(pl, name)
+    trainer = _trainer(pl, tmp_path, 4, precision)
+    trainer.fit(first, _data())
+    ckpt = tmp_path / "half.ckpt"
+    trainer.save_checkpoint(ckpt)
+    saved = trainer.optimizers[0].state_dict()
+    seen = {}
+
+    class Capture(pl.Callback):
+        def on_train_start(self, trainer, module):  # after the checkpoint is restored
+            seen["state"] = copy.deepcopy(trainer.optimizers[0].state_dict())
+            seen["params"] = [p.detach().clone() for p in module.parameters()]
+
+    resumed = _module(pl, name)
+    trainer = _trainer(pl, tmp_path, 8, precision)
+    trainer.callbacks.append(Capture())
+    trainer.fit(resumed, _data(), ckpt_path=ckpt)
+    assert trainer.global_step == 8
+    assert seen["state"]["state"].keys() == saved["state"].keys()
+    for key, state in saved["state"].items():
+        for k, v in state.items():
+            assert torch.equal(seen["state"]["state"][key][k].view(torch.uint8) if v.element_size() == 1 else
+                               seen["state"]["state"][key][k], v.view(torch.uint8) if v.element_size() == 1 else v), k
+    assert all(torch.equal(a, b) for a, b in zip(seen["params"], first.parameters()))
+    assert all(not torch.equal(a, b) for a, b in zip(seen["params"], resumed.parameters()))
+    assert all(torch.isfinite(p).all() for p in resumed.parameters())
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_hf_trainer_max_grad_norm(name, tmp_path):
+    """transformers' Trainer with max_grad_norm and our optimizer passed in."""
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
+        pytest.skip("needs transformers and accelerate")
+    from transformers import Trainer, TrainingArguments
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(8, 1)
+
+        def forward(self, x, labels):
+            return {"loss": nn.functional.mse_loss(self.net(x), labels)}
+
+    gen = torch.Generator().manual_seed(1)
+    rows = [{"x": torch.randn(8, generator=gen), "labels": torch.randn(1, generator=gen)} for _ in range(32)]
+    model = Model()
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = getattr(inductor_lamb, name)(model.parameters(), **OPTIMIZERS[name])
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8,
+                             max_grad_norm=0.5, report_to=[], use_cpu=True, save_strategy="no",
+                             logging_strategy="no", bf16=True)
+    Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None)).train()
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
