@@ -86,9 +86,9 @@ def _adagrad_inputs(device=None, dtype=None):
     )
 
 
-def _error(kwargs: dict, error_type: type, regex: str, desc: str = "", **extra) -> ErrorOptimizerInput:
-    return ErrorOptimizerInput(OptimizerInput(params=None, kwargs=kwargs, desc=desc or regex),
-                               error_type=error_type, error_regex=regex, **extra)
+def _error(kwargs: dict, error_type: type, regex: str, desc: str = "", params=None) -> ErrorOptimizerInput:
+    return ErrorOptimizerInput(OptimizerInput(params=params, kwargs=kwargs, desc=desc or regex),
+                               error_type=error_type, error_regex=regex)
 
 
 def _common_errors(device, dtype) -> list[ErrorOptimizerInput]:
@@ -128,7 +128,7 @@ def _lars_errors(device, dtype):
             _error({"lr": 1e-2, "weight_decay": -0.5}, ValueError, "Invalid weight_decay value: -0.5"),
             _error({"lr": 1e-2, "lars_coeff": -0.5}, ValueError, "Invalid lars_coeff value: -0.5"),
             _error({"lr": 1e-2, "exclude_from_weight_decay": ["bias"]}, ValueError,
-                   "exclusions need parameter names")]
+                   "exclusions need parameter names", params=[torch.nn.Parameter(torch.randn(2))])]
 
 
 def _adagrad_errors(device, dtype):
