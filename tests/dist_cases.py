@@ -194,6 +194,39 @@ def _fsdp_exact(opt_name: str, mesh) -> None:
     assert_sharded_like_params(opt)
 
 
+def fsdp_gaps(rank: int, world: int, opt_names: list[str]) -> None:
+    """FSDP2 with a frozen param group, a group without grads every other step and a
+    step without any grad: the same run as the whole model's."""
+    mesh = init_device_mesh("cpu", (world,))
+    each(opt_names, lambda name: _fsdp_gaps(name, mesh))
+
+
+def _fsdp_gaps(opt_name: str, mesh) -> None:
+    ref_model = make_model()
+    ref_model[3].requires_grad_(False)
+    model = shard_model(copy.deepcopy(ref_model), mesh)
+
+    def groups(m: nn.Module) -> list[dict[str, Any]]:
+        named = dict(m.named_parameters())
+        return [{"params": [(n, named[n]) for n in named if n.split(".")[0] in layers]}
+                for layers in (("0", "1"), ("3",), ("5",))]
+
+    opt, ref = OPTIMIZERS[opt_name](groups(model)), OPTIMIZERS[opt_name](groups(ref_model))
+    for k in range(6):
+        for m, o in ((model, opt), (ref_model, ref)):
+            if k != 2:  # step 2: no grads at all
+                x, y = batch(k)
+                nn.functional.mse_loss(m(x), y).backward()
+            if k % 2:  # the last layer's group without grads
+                for p in m[5].parameters():
+                    p.grad = None
+            set_lr(o, k)
+            o.step()
+            o.zero_grad()
+    assert_same_run(opt, ref, f"FSDP2 {opt_name} with frozen and gradless groups")
+    assert all(p not in opt.state for p in model[3].parameters())
+
+
 # ---- bad input ----------------------------------------------------------------------------
 
 

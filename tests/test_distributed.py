@@ -55,6 +55,10 @@ def test_fsdp2_matches_single_process_and_grad_scaler():
     spawn("fsdp_exact", 2, ["lamb_clip", "lamb16", "lars", "adagrad"], ["lamb", "lamb16", "lars"])
 
 
+def test_fsdp2_frozen_and_gradless_groups():
+    spawn("fsdp_gaps", 2, ["lamb_clip", "lamb16", "lars", "adagrad"])
+
+
 def test_bad_sharding_raises_naming_the_param():
     """Partial placements, mixed meshes, grads or state sharded unlike their param,
     a plain grad of a DTensor param; and fuse_optimizer on DTensors."""
