@@ -266,3 +266,27 @@ def test_cuda_two_phase_is_one_call_and_matches_cpu(case):
         for x, y in zip(a, b):
             assert equal(x.cpu(), y.cpu())
     assert_lists_close(two, cpu_args, float8_state=name == "lamb16_step_")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("cls", [Lamb, Lamb16, Lars, inductor_lamb.Adagrad], ids=lambda c: c.__name__)
+def test_float64_optimizers_match_cpu(cls, compiled):
+    """float64 params step through the float64 reference math on CUDA as on CPU."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(33, 17), (), (7,), (0,)]
+    start = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    grads = [[torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes] for _ in range(3)]
+    runs = []
+    for device in ("cpu", "cuda"):
+        params = [torch.nn.Parameter(t.to(device)) for t in start]
+        opt = cls(params, lr=0.01)
+        step = torch.compile(opt.step) if compiled and device == "cuda" else opt.step
+        for gs in grads:
+            for p, g in zip(params, gs):
+                p.grad = g.to(device)
+            step()
+        runs.append(params)
+    tol = dict(rtol=1e-6, atol=1e-8) if cls is Lamb16 else dict(rtol=1e-12, atol=1e-14)
+    for p, q in zip(*runs):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), **tol)
