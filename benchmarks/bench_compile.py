@@ -6,7 +6,7 @@ our eager kernel, torch.compile of the plain-torch reference and of torch's Adam
 For 20 and 100 mixed-shape params, at a cache-resident and a DRAM-sized total,
 each row is compiled (cold Inductor cache), timed and then dropped, next to a
 STREAM-like bandwidth measured at the start of its table. Columns: step time,
-ratio to our eager op, GB/s at the method's bytes/param floor (DESIGN.md),
+ratio to our eager op, GB/s at the method's bytes/param floor (docs/design.md),
 compile time of the first call, and kernels in the generated code
 (``cpp_pybinding`` functions; "ext" counts external calls to torch.ops.lamb).
 """

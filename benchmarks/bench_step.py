@@ -7,7 +7,7 @@
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
 STREAM-like copy/triad bandwidth, so ratios are comparable on a noisy machine.
-GB/s counts each method's minimum traffic (DESIGN.md: LAMB 40, LAMB16 26, LARS 28, Adagrad
+GB/s counts each method's minimum traffic (docs/design.md: LAMB 40, LAMB16 26, LARS 28, Adagrad
 20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
@@ -37,7 +37,7 @@ from common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel
 import inductor_lamb  # noqa: E402
 from inductor_lamb import reference  # noqa: E402
 
-# Minimum traffic per param (DESIGN.md), fp32: what each method must move at least.
+# Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
 BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
 
 

@@ -1,4 +1,4 @@
-"""The numerical contract of DESIGN.md in plain torch: the spec in code.
+"""The numerical contract of docs/design.md in plain torch: the spec in code.
 
 Runs in the dtype of the tensors it is given; tests give it float64 copies and
 compare every backend against it. Per-tensor loops, no fusion: clarity first.

@@ -217,7 +217,7 @@ class OpSpec:
 
     def wrapper(self) -> Callable[..., Any]:
         """The typed Python function that calls the op."""
-        doc = f"{self.summary}\n\nArguments (the math: DESIGN.md, inductor_lamb.reference):\n\n" + "\n".join(
+        doc = f"{self.summary}\n\nArguments (the math: docs/design.md, inductor_lamb.reference):\n\n" + "\n".join(
             f"    {a.name} ({a.annotation}{'' if a.default is REQUIRED else f', default {a.default!r}'}): {a.doc}"
             for a in self.args)
         return self.function(lambda a: self.op(*self.to_op_args(a)), self.name, doc=doc, as_dict=True)

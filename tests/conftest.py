@@ -1,13 +1,22 @@
-"""Shared helpers: random optimizer problems and float64 reference runs."""
+"""The tests' shared helpers (test modules import them from here, never from each
+other): random op arguments, layouts, comparisons, the compiled op cases, and the
+small models of the optimizer and compiled-step tests."""
 
 from __future__ import annotations
 
 import copy
+import io
+import math
+import re
 
 import pytest
 import torch
+from torch import nn
+from torch._inductor.utils import run_and_get_code
 
-import inductor_lamb  # noqa: F401  (registers torch.ops.lamb.*)
+import inductor_lamb  # (registers torch.ops.lamb.*)
+from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
+from inductor_lamb.spec import SPECS, Role
 
 # Mixed shapes: empty, 0-d, tiny, odd sizes (vector tails), and > 1 chunk (16384 elements).
 MIXED_SHAPES = [(33, 17), (), (0,), (4, 0, 3), (7,), (64, 48), (40000,), (3, 5, 7), (1,)]
@@ -110,3 +119,197 @@ def raw_op_kwargs(name: str, kwargs: dict, device="cpu") -> dict:
             v = out.get(a.name, a.default)
             out[a.name] = v if isinstance(v, torch.Tensor) else torch.tensor(float(v), device=device)
     return out
+
+
+def assert_params_close(a, b, rtol=1e-5, atol=2e-6, flip_atol=0.02):
+    """Close to float32 rounding, except that a float8 code that rounded the other
+    way at an earlier step (see assert_state_close) moves its element by up to
+    about lr * 2 * 13% * |u|: at most 0.1% of the elements may be off by <= flip_atol."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        x, y = x.double(), y.double()
+        off = (x - y).abs() > atol + rtol * y.abs()
+        if off.any():
+            assert off.double().mean() <= 1e-3, f"params[{i}]: {off.sum()} of {x.numel()} elements differ"
+            torch.testing.assert_close(x, y, rtol=0, atol=flip_atol, msg=lambda m: f"params[{i}] {m}")
+
+
+# ---- optimizer training runs (test_lamb_optim, test_lamb16_optim) ---------------------------
+
+def make_model(seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(12, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 5))
+    return model.to(dtype)
+
+
+def batches(n, seed=100, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 12, generator=gen).to(dtype), torch.randint(0, 5, (16,), generator=gen)) for _ in range(n)]
+
+
+def train(model, opt, data, scheduler=None, scaler=None):
+    losses = []
+    for x, y in data:
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x).float(), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        if scheduler is not None:
+            scheduler.step()
+        losses.append(loss.item())
+    return losses
+
+
+def checkpoint(obj):
+    """``obj`` after torch.save and torch.load(weights_only=True)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+# ---- compiled op calls (test_compile, test_spec, test_two_phase, test_generated_code, test_cuda) --
+
+@pytest.fixture
+def lowering_path():
+    """These tests compile op calls on graph inputs, which the default "auto" path
+    sends to the C++ kernel: they run the lowering unless they pick a path."""
+    inductor_lamb.set_compile_path("lowering")
+    torch._dynamo.reset()
+    yield
+    inductor_lamb.set_compile_path("auto")
+    torch._dynamo.reset()
+
+
+def use_path(path: str) -> None:
+    assert inductor_lamb.set_compile_path(path) == path
+    torch._dynamo.reset()
+
+
+# (op, keyword arguments); each is compiled and run against the eager C++ kernel on
+# the same data. The list arguments come from the op's spec (op_args).
+OP_CASES = {
+    "lamb": ("lamb_step_", dict(weight_decay=0.01)),
+    "lamb_all_options": ("lamb_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True,
+                                            max_grad_norm=1.0, grad_scale=torch.tensor(4.0))),
+    "lamb_no_bias_correction_always_adapt": (
+        "lamb_step_", dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True)),
+    "lamb16": ("lamb16_step_", dict(weight_decay=0.01)),
+    "lamb16_all_options": ("lamb16_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1,
+                                                trust_scale=1.0, grad_scale=torch.tensor(4.0))),
+    "lars": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3,
+                                layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
+    "lars_grad_scale": ("lars_step_", dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
+    "adagrad": ("adagrad_step_", dict(lr_decay=0.01, weight_decay=0.1)),
+    "adagrad_maximize": ("adagrad_step_", dict(maximize=True, grad_scale=torch.tensor(8.0))),
+}
+# State lists whose values are >= 0 (second moments, Adagrad's sums)
+NONNEGATIVE = ("exp_avg_sqs", "state_sums")
+
+
+def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | None = None) -> list:
+    """Random list arguments of op ``name`` in schema order, one per list argument of
+    its spec: params/grads, state lists (float32 or float8 with matching scales),
+    0-d scalars (steps 2.0), and an apply op's reductions."""
+    p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
+    out = []
+    for a in SPECS[name].args:
+        if a.role is Role.PARAMS:
+            t = p
+        elif a.role is Role.GRADS:
+            t = g
+        elif a.role is Role.STATE and a.dtype == torch.float8_e4m3fn:
+            t = [(x * 4000).clamp(-448, 448).to(a.dtype) for x in m]
+        elif a.role is Role.STATE and a.dtype == torch.float8_e5m2:
+            t = [(x * 5e5).to(a.dtype) for x in v]
+        elif a.role is Role.STATE:
+            t = [x.clone() for x in (v if a.name in NONNEGATIVE else m)]
+        elif a.role is Role.SCALARS:
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
+            t = [torch.tensor(value) for _ in shapes]
+        elif a.role is Role.REDUCTIONS:  # plausible (positive) partial reductions
+            out.append(torch.rand(len(shapes), len(SPECS[name].reductions), generator=torch.Generator().manual_seed(seed)) + 0.1)
+            continue
+        else:
+            continue
+        if layout is not None and a.role in (Role.PARAMS, Role.GRADS, Role.STATE):
+            t = [noncontiguous_like(x, layout) for x in t]
+        out.append(t)
+    return out
+
+
+def op_args(case: str, layout: str | None = None, dtype=torch.float32, shapes=MIXED_SHAPES, seed=0):
+    """(op name, list arguments, kwargs for the raw op) for ``case`` on random data."""
+    name, kwargs = OP_CASES[case]
+    args = spec_lists(name, shapes, dtype=dtype, seed=seed, layout=layout)
+    kwargs = raw_op_kwargs(name, kwargs)
+    if dtype != torch.float32:
+        kwargs["master_params"] = [t.float() for t in args[0]]
+    return name, args, kwargs
+
+
+def eager_call(name, args, lr, kwargs):
+    getattr(torch.ops.lamb, name)(*args, lr, **kwargs)
+
+
+def code_summary(name: str, n_params: int) -> str:
+    shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(n_params)]
+    case = {"lamb_step_": "lamb", "lamb16_step_": "lamb16", "lars_step_": "lars_grad_scale",
+            "adagrad_step_": "adagrad"}[name]
+    _, args, kwargs = op_args(case, shapes=shapes)
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
+    code = "\n".join(codes)
+    kernels = code.count("async_compile.cpp_pybinding(") + code.count("async_compile.triton(")
+    # temporaries the size of a tensor: traffic beyond the op's floor (not the 0-d
+    # scalars, nor each param's few-element packet of lr / betas: backends.py per_tensor)
+    temps = sum(math.prod(int(d) for d in re.findall(r"\d+", shape)) > 8
+                for shape in re.findall(r"empty_strided_\w+\(\(([^)]*)\)", code))
+    return f"{kernels} kernel(s), {len(lamb_calls(code))} external lamb call(s), {temps} temporary buffer(s)"
+
+
+# ---- compiled training steps (test_compile, test_cuda) ----------------------------------------
+
+STEP_OPTIMIZERS = {
+    "Lamb": (Lamb, dict(lr=0.02, weight_decay=0.01)),
+    "Lamb16": (Lamb16, dict(lr=0.02, weight_decay=0.01)),
+    "Lars": (Lars, dict(lr=0.3, weight_decay=1e-3)),
+    "Adagrad": (Adagrad, dict(lr=0.05, weight_decay=1e-4)),
+}
+
+
+def make_step_model(seed=0):
+    # No LayerNorm here: its zero-initialised bias gets grads with heavy cancellation,
+    # whose compiled-vs-eager rounding LAMB's first steps amplify to ~1e-5 (measured).
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 5))
+
+
+def step_batches(n, seed=100):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)) for _ in range(n)]
+
+
+def train_step(model, opt, x, y):
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+class CountingBackend:
+    """Inductor, counting compilations."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        self.graphs += 1
+        return compile_fx(gm, example_inputs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 import subprocess
@@ -12,107 +11,28 @@ import warnings
 
 import pytest
 import torch
-from conftest import (MIXED_SHAPES, assert_tensor_close, clone_lists, equal, lamb_calls, make_lists,
-                      noncontiguous_like, raw_op_kwargs)
+from conftest import (MIXED_SHAPES, OP_CASES, STEP_OPTIMIZERS, CountingBackend, assert_tensor_close, clone_lists,
+                      code_summary, eager_call, equal, lamb_calls, make_step_model, op_args, step_batches, train_step,
+                      use_path)
 from torch import nn
 from torch._inductor.utils import run_and_get_code
 
 import inductor_lamb
-from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, reference
+from inductor_lamb import Lamb16, Lars, reference
 from inductor_lamb import _inductor as lowering_mod
 from inductor_lamb._inductor import paths as paths_mod
-from inductor_lamb.spec import SPECS, Role
 
 PATHS = inductor_lamb._inductor.PATHS
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """These tests compile op calls on graph inputs, which the default "auto" path
-    sends to the C++ kernel: they run the lowering unless they pick a path."""
-    inductor_lamb.set_compile_path("lowering")
-    torch._dynamo.reset()
-    yield
-    inductor_lamb.set_compile_path("auto")
-    torch._dynamo.reset()
-
-
-def use_path(path: str) -> None:
-    assert inductor_lamb.set_compile_path(path) == path
-    torch._dynamo.reset()
+# These tests compile op calls on graph inputs, which the default "auto" path sends
+# to the C++ kernel: they run the lowering unless they pick a path.
+pytestmark = pytest.mark.usefixtures("lowering_path")
 
 
 # ---- op calls ------------------------------------------------------------------------
 
-# (op, keyword arguments); each is compiled and run against the eager C++ kernel on
-# the same data. The list arguments come from the op's spec (op_args).
-OP_CASES = {
-    "lamb": ("lamb_step_", dict(weight_decay=0.01)),
-    "lamb_all_options": ("lamb_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True,
-                                            max_grad_norm=1.0, grad_scale=torch.tensor(4.0))),
-    "lamb_no_bias_correction_always_adapt": (
-        "lamb_step_", dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True)),
-    "lamb16": ("lamb16_step_", dict(weight_decay=0.01)),
-    "lamb16_all_options": ("lamb16_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1,
-                                                trust_scale=1.0, grad_scale=torch.tensor(4.0))),
-    "lars": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3,
-                                layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
-    "lars_grad_scale": ("lars_step_", dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
-    "adagrad": ("adagrad_step_", dict(lr_decay=0.01, weight_decay=0.1)),
-    "adagrad_maximize": ("adagrad_step_", dict(maximize=True, grad_scale=torch.tensor(8.0))),
-}
-# State lists whose values are >= 0 (second moments, Adagrad's sums)
-NONNEGATIVE = ("exp_avg_sqs", "state_sums")
-
-
-def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | None = None) -> list:
-    """Random list arguments of op ``name`` in schema order, one per list argument of
-    its spec: params/grads, state lists (float32 or float8 with matching scales),
-    0-d scalars (steps 2.0), and an apply op's reductions."""
-    p, g, m, v, s = make_lists(shapes, dtype=dtype, seed=seed, step=2.0)
-    out = []
-    for a in SPECS[name].args:
-        if a.role is Role.PARAMS:
-            t = p
-        elif a.role is Role.GRADS:
-            t = g
-        elif a.role is Role.STATE and a.dtype == torch.float8_e4m3fn:
-            t = [(x * 4000).clamp(-448, 448).to(a.dtype) for x in m]
-        elif a.role is Role.STATE and a.dtype == torch.float8_e5m2:
-            t = [(x * 5e5).to(a.dtype) for x in v]
-        elif a.role is Role.STATE:
-            t = [x.clone() for x in (v if a.name in NONNEGATIVE else m)]
-        elif a.role is Role.SCALARS:
-            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
-            t = [torch.tensor(value) for _ in shapes]
-        elif a.role is Role.REDUCTIONS:  # plausible (positive) partial reductions
-            out.append(torch.rand(len(shapes), len(SPECS[name].reductions), generator=torch.Generator().manual_seed(seed)) + 0.1)
-            continue
-        else:
-            continue
-        if layout is not None and a.role in (Role.PARAMS, Role.GRADS, Role.STATE):
-            t = [noncontiguous_like(x, layout) for x in t]
-        out.append(t)
-    return out
-
-
-def op_args(case: str, layout: str | None = None, dtype=torch.float32, shapes=MIXED_SHAPES, seed=0):
-    """(op name, list arguments, kwargs for the raw op) for ``case`` on random data."""
-    name, kwargs = OP_CASES[case]
-    args = spec_lists(name, shapes, dtype=dtype, seed=seed, layout=layout)
-    kwargs = raw_op_kwargs(name, kwargs)
-    if dtype != torch.float32:
-        kwargs["master_params"] = [t.float() for t in args[0]]
-    return name, args, kwargs
-
-
 def run_op(fn, name, args, kwargs, lrs):
     for lr in lrs:
         fn(name, args, torch.tensor(lr), kwargs)
-
-
-def eager_call(name, args, lr, kwargs):
-    getattr(torch.ops.lamb, name)(*args, lr, **kwargs)
 
 
 def all_lists(args, kwargs):
@@ -203,22 +123,6 @@ def test_bad_input_fails_at_trace_time_with_the_op_message():
 # ---- generated code ------------------------------------------------------------------
 
 
-def code_summary(name: str, n_params: int) -> str:
-    shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(n_params)]
-    case = {"lamb_step_": "lamb", "lamb16_step_": "lamb16", "lars_step_": "lars_grad_scale",
-            "adagrad_step_": "adagrad"}[name]
-    _, args, kwargs = op_args(case, shapes=shapes)
-    torch._dynamo.reset()
-    _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
-    code = "\n".join(codes)
-    kernels = code.count("async_compile.cpp_pybinding(") + code.count("async_compile.triton(")
-    # temporaries the size of a tensor: traffic beyond the op's floor (not the 0-d
-    # scalars, nor each param's few-element packet of lr / betas: backends.py per_tensor)
-    temps = sum(math.prod(int(d) for d in re.findall(r"\d+", shape)) > 8
-                for shape in re.findall(r"empty_strided_\w+\(\(([^)]*)\)", code))
-    return f"{kernels} kernel(s), {len(lamb_calls(code))} external lamb call(s), {temps} temporary buffer(s)"
-
-
 @pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
 def test_auto_path_calls_the_kernel_unless_the_graph_computes_an_input(case):
     """The default path: when every tensor of the call is a graph input (a compiled
@@ -278,38 +182,10 @@ def test_cpp_wrapper_matches_eager(path):
 
 # ---- training steps --------------------------------------------------------------------
 
-OPTIMIZERS = {
-    "Lamb": (Lamb, dict(lr=0.02, weight_decay=0.01)),
-    "Lamb16": (Lamb16, dict(lr=0.02, weight_decay=0.01)),
-    "Lars": (Lars, dict(lr=0.3, weight_decay=1e-3)),
-    "Adagrad": (Adagrad, dict(lr=0.05, weight_decay=1e-4)),
-}
-
-
-def make_model(seed=0):
-    # No LayerNorm here: its zero-initialised bias gets grads with heavy cancellation,
-    # whose compiled-vs-eager rounding LAMB's first steps amplify to ~1e-5 (measured).
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 5))
-
-
-def batches(n, seed=100):
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(16, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)) for _ in range(n)]
-
-
-def train_step(model, opt, x, y):
-    loss = nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
-
-
 def twin_setups(opt_name):
     """Two identical (model, optimizer, scheduler) triples: one runs eagerly, one compiled."""
-    cls, kw = OPTIMIZERS[opt_name]
-    model = make_model()
+    cls, kw = STEP_OPTIMIZERS[opt_name]
+    model = make_step_model()
     out = []
     for m in (model, copy.deepcopy(model)):
         opt = cls(m.parameters(), **kw)
@@ -317,31 +193,18 @@ def twin_setups(opt_name):
     return out
 
 
-class CountingBackend:
-    """Inductor, counting compilations."""
-
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        from torch._inductor.compile_fx import compile_fx
-
-        self.graphs += 1
-        return compile_fx(gm, example_inputs)
-
-
 @pytest.mark.parametrize("path", ["auto", "lowering", "decomposition"])
-@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+@pytest.mark.parametrize("opt_name", list(STEP_OPTIMIZERS))
 def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     """Recipe (a): forward, backward, step, zero_grad in one fullgraph graph, compiled once
     while a scheduler changes lr every step; matches eager within 1e-6 relative."""
     use_path(path)
-    cls, kw = OPTIMIZERS[opt_name]
+    cls, kw = STEP_OPTIMIZERS[opt_name]
     (model_e, opt_e, sched_e), (model_c, opt_c, sched_c) = twin_setups(opt_name)
     backend = CountingBackend()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(train_step, backend=backend, fullgraph=True)
-        for k, (x, y) in enumerate(batches(5)):
+        for k, (x, y) in enumerate(step_batches(5)):
             if k == 0:  # the grads come from the graph: every path fuses the step into it
                 loss, codes = run_and_get_code(compiled, model_c, opt_c, x, y)
                 assert not lamb_calls("\n".join(codes))
@@ -364,7 +227,7 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
 
 
 @pytest.mark.parametrize("path", ["auto", "lowering"])
-@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+@pytest.mark.parametrize("opt_name", list(STEP_OPTIMIZERS))
 def test_compiled_model_and_compiled_opt_step(opt_name, path):
     """Recipe (b): a compiled model plus ``torch.compile(opt.step)`` (on the "auto"
     path: the step's tensors are graph inputs, so the kernel runs it)."""
@@ -373,7 +236,7 @@ def test_compiled_model_and_compiled_opt_step(opt_name, path):
     cmodel = torch.compile(model_c)
     backend = CountingBackend()
     cstep = torch.compile(opt_c.step, fullgraph=True, backend=backend)
-    for x, y in batches(4):
+    for x, y in step_batches(4):
         for m, o, st in ((model_e, opt_e, opt_e.step), (cmodel, opt_c, cstep)):
             o.zero_grad()
             nn.functional.cross_entropy(m(x), y).backward()
@@ -391,8 +254,8 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     runs eagerly (``_buckets`` is never traced), and the guards dynamo installs for
     it recompile when the layout changes (a param losing its grad). Results match
     the eager step throughout."""
-    cls, kw = OPTIMIZERS[opt_name]
-    model_e = make_model()
+    cls, kw = STEP_OPTIMIZERS[opt_name]
+    model_e = make_step_model()
     model_c = copy.deepcopy(model_e)
     opts = [cls(m.parameters(), **kw) for m in (model_e, model_c)]
     calls = {"traced": 0}
@@ -405,7 +268,7 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     monkeypatch.setattr(opts[1], "_buckets", counted)
     backend = CountingBackend()
     cstep = torch.compile(opts[1].step, fullgraph=True, backend=backend)
-    for k, (x, y) in enumerate(batches(4)):
+    for k, (x, y) in enumerate(step_batches(4)):
         for m, o, st in ((model_e, opts[0], opts[0].step), (model_c, opts[1], cstep)):
             o.zero_grad()
             nn.functional.cross_entropy(m(x), y).backward()

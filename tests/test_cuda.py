@@ -9,9 +9,8 @@ import copy
 
 import pytest
 import torch
-from conftest import MIXED_SHAPES, assert_tensor_close, clone_lists, equal, lamb_calls, noncontiguous_like
-from test_compile import OP_CASES, CountingBackend, batches, make_model, op_args, train_step
-from test_lamb16_op import assert_params_close
+from conftest import (MIXED_SHAPES, OP_CASES, CountingBackend, assert_params_close, assert_tensor_close, clone_lists,
+                      equal, lamb_calls, make_step_model, noncontiguous_like, op_args, step_batches, train_step)
 
 import inductor_lamb
 from inductor_lamb import Lamb, Lamb16, Lars, reference
@@ -171,7 +170,7 @@ def test_opcheck_cuda():
                                     (Lars, dict(lr=0.3, weight_decay=1e-3))])
 def test_compiled_training_step_on_cuda(cls, kw):
     """The whole step compiled for CUDA: the lowering emits Triton; matches eager."""
-    model = make_model().cuda()
+    model = make_step_model().cuda()
     twins = []
     for m in (model, copy.deepcopy(model)):
         opt = cls(m.parameters(), **kw)
@@ -181,7 +180,7 @@ def test_compiled_training_step_on_cuda(cls, kw):
     backend = CountingBackend()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(train_step, backend=backend, fullgraph=True)
-        for x, y in batches(5):
+        for x, y in step_batches(5):
             x, y = x.cuda(), y.cuda()
             torch.testing.assert_close(compiled(model_c, opt_c, x, y), train_step(model_e, opt_e, x, y),
                                        rtol=1e-5, atol=1e-5)
@@ -190,7 +189,7 @@ def test_compiled_training_step_on_cuda(cls, kw):
         assert ((p - q).norm() / q.norm()).item() <= 1e-5
     from torch._inductor.utils import run_and_get_code
 
-    x, y = (t.cuda() for t in batches(1, seed=7)[0])
+    x, y = (t.cuda() for t in step_batches(1, seed=7)[0])
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         _, codes = run_and_get_code(torch.compile(train_step, fullgraph=True), model_c, opt_c, x, y)
     code = "\n".join(codes)

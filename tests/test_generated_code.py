@@ -4,7 +4,10 @@ kernels, external calls and tensor-sized temporaries per step."""
 from __future__ import annotations
 
 import expecttest
-from test_compile import _fresh_dynamo, code_summary, use_path  # noqa: F401  (_fresh_dynamo: autouse)
+import pytest
+from conftest import code_summary, use_path
+
+pytestmark = pytest.mark.usefixtures("lowering_path")
 
 
 class TestGeneratedCode(expecttest.TestCase):

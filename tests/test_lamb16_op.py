@@ -3,20 +3,15 @@ round trip of its moments on heavy-tailed gradient streams."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import MIXED_SHAPES, clone_lists, equal, noncontiguous_like, randn
+from conftest import MIXED_SHAPES, assert_params_close, clone_lists, equal, noncontiguous_like, randn
 
 import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb._inductor.backends import TorchBackend
+from inductor_lamb.accuracy import gradient_stream
 from inductor_lamb.rounding import element_hash, tensor_key
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from lamb16_accuracy import gradient_stream  # noqa: E402  (issue 17's stream, shared with the benchmark)
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LRS = [0.02, 0.011, 0.005, 0.013, 0.001]
@@ -64,18 +59,6 @@ def assert_state_close(a, b):
             diff = (x.view(torch.uint8).int() - y.view(torch.uint8).int()).abs()
             assert diff.max() <= 1, f"state list {k}[{i}]: codes differ by {diff.max()}"
             assert (diff != 0).double().mean() <= 1e-3, f"state list {k}[{i}]: {(diff != 0).sum()} codes differ"
-
-
-def assert_params_close(a, b, rtol=1e-5, atol=2e-6, flip_atol=0.02):
-    """Close to float32 rounding, except that a float8 code that rounded the other
-    way at an earlier step (see assert_state_close) moves its element by up to
-    about lr * 2 * 13% * |u|: at most 0.1% of the elements may be off by <= flip_atol."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        x, y = x.double(), y.double()
-        off = (x - y).abs() > atol + rtol * y.abs()
-        if off.any():
-            assert off.double().mean() <= 1e-3, f"params[{i}]: {off.sum()} of {x.numel()} elements differ"
-            torch.testing.assert_close(x, y, rtol=0, atol=flip_atol, msg=lambda m: f"params[{i}] {m}")
 
 
 CONFIGS = {

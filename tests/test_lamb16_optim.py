@@ -7,8 +7,7 @@ import copy
 
 import pytest
 import torch
-from conftest import equal
-from test_lamb_optim import _checkpoint, batches, make_model, train
+from conftest import batches, checkpoint, equal, make_model, train
 from torch import nn
 
 from inductor_lamb import Lamb16, reference
@@ -71,7 +70,7 @@ def test_checkpoint_resume_equals_uninterrupted(dtype, master):
     model2 = make_model(dtype=dtype)
     opt2 = Lamb16(model2.parameters(), lr=0.02, weight_decay=0.01, master_weights=master)
     train(model2, opt2, data[:3])
-    ckpt = _checkpoint({"model": model2.state_dict(), "opt": opt2.state_dict()})
+    ckpt = checkpoint({"model": model2.state_dict(), "opt": opt2.state_dict()})
 
     model3 = make_model(seed=1, dtype=dtype)
     opt3 = Lamb16(model3.parameters(), lr=0.5, master_weights=master)

@@ -3,43 +3,14 @@
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
+from conftest import batches, checkpoint, make_model, train
 from torch import nn
 
 import inductor_lamb
 from inductor_lamb import Lamb, reference
-
-
-def make_model(seed=0, dtype=torch.float32):
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(12, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 5))
-    return model.to(dtype)
-
-
-def batches(n, seed=100, dtype=torch.float32):
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(16, 12, generator=gen).to(dtype), torch.randint(0, 5, (16,), generator=gen)) for _ in range(n)]
-
-
-def train(model, opt, data, scheduler=None, scaler=None):
-    losses = []
-    for x, y in data:
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x).float(), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        if scheduler is not None:
-            scheduler.step()
-        losses.append(loss.item())
-    return losses
 
 
 def zero_state(p):
@@ -138,13 +109,6 @@ def test_closure_and_zero_grad():
     assert all(p.grad is None for p in model.parameters())
 
 
-def _checkpoint(obj):
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
-
-
 @pytest.mark.parametrize("dtype,master", [(torch.float32, False), (torch.bfloat16, True), (torch.bfloat16, False)])
 def test_checkpoint_resume_equals_uninterrupted(dtype, master):
     data = batches(8, dtype=dtype)
@@ -158,7 +122,7 @@ def test_checkpoint_resume_equals_uninterrupted(dtype, master):
     opt2 = Lamb(model2.parameters(), lr=0.02, master_weights=master)
     sched2 = torch.optim.lr_scheduler.ExponentialLR(opt2, gamma=0.9)
     train(model2, opt2, data[:3], sched2)
-    ckpt = _checkpoint({"model": model2.state_dict(), "opt": opt2.state_dict(), "sched": sched2.state_dict()})
+    ckpt = checkpoint({"model": model2.state_dict(), "opt": opt2.state_dict(), "sched": sched2.state_dict()})
 
     model3 = make_model(seed=1, dtype=dtype)
     opt3 = Lamb(model3.parameters(), lr=0.5, master_weights=master)

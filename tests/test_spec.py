@@ -8,8 +8,7 @@ import inspect
 
 import pytest
 import torch
-from conftest import clone_lists, equal, raw_op_kwargs
-from test_compile import spec_lists
+from conftest import clone_lists, equal, raw_op_kwargs, spec_lists
 
 import inductor_lamb
 from inductor_lamb import ops, reference

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_tensor_close, clone_lists, equal, raw_op_kwargs
-from test_compile import op_args, spec_lists
+from conftest import assert_tensor_close, clone_lists, equal, raw_op_kwargs, spec_lists
 
 import inductor_lamb
 from inductor_lamb import ops, reference

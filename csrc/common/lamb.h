@@ -1,5 +1,5 @@
 #pragma once
-// LAMB's equations (DESIGN.md), once for every backend: the hyper-parameters,
+// LAMB's equations (docs/design.md), once for every backend: the hyper-parameters,
 // the per-tensor scalars and the element update. Pass 1 updates m, v and
 // reduces ||p||^2, ||u||^2; pass 2 recomputes u from the new m, v and steps p.
 #include "common/math.h"

@@ -1,5 +1,5 @@
 #pragma once
-// LAMB16's equations (LAMB with float8 moments, DESIGN.md), once for every
+// LAMB16's equations (LAMB with float8 moments, docs/design.md), once for every
 // backend. m is stored as float8_e4m3fn (m / m_scale), v as float8_e5m2
 // (v / v_scale), with per-tensor scales. Pass 1 reduces ||p||^2, ||u||^2,
 // amax |m|, amax v (the new scales need the whole tensor); pass 2 recomputes

@@ -1,5 +1,5 @@
 #pragma once
-// LARS's equations (PaddlePaddle's merged lars_momentum, DESIGN.md), once for
+// LARS's equations (PaddlePaddle's merged lars_momentum, docs/design.md), once for
 // every backend: layer norms ||p||, ||g|| (reduce), then per tensor a local lr
 // and one update pass (apply).
 #include "common/math.h"

@@ -1,5 +1,5 @@
 #pragma once
-// LAMB16's stochastic rounding to float8 (DESIGN.md, CONTRIBUTING.md), once for
+// LAMB16's stochastic rounding to float8 (docs/design.md, CONTRIBUTING.md), once for
 // every backend: the CUDA kernels and the host use it on float / uint32_t, the
 // CPU kernels on vectors (cpu/vec_engine.h gives the lane type, which must have
 // the uint32 operators used below; shifts are logical, products wrap mod 2^32).

@@ -1,4 +1,4 @@
-"""LAMB step (DESIGN.md) in the backend vocabulary, in the eager in-place order,
+"""LAMB step (docs/design.md) in the backend vocabulary, in the eager in-place order,
 as its two phases (the one-call step is reduce then apply).
 
 IR shape on CPU: one loop per tensor updates m, v and reduces ||p||^2, ||u||^2;

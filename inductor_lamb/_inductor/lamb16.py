@@ -1,4 +1,4 @@
-"""LAMB16 step (DESIGN.md: LAMB with float8 moments) in the backend vocabulary,
+"""LAMB16 step (docs/design.md: LAMB with float8 moments) in the backend vocabulary,
 in the eager in-place order, as its two phases (the one-call step is reduce
 then apply).
 

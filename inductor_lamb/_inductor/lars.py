@@ -1,4 +1,4 @@
-"""LARS step (DESIGN.md, PaddlePaddle merged lars_momentum) in the backend
+"""LARS step (docs/design.md, PaddlePaddle merged lars_momentum) in the backend
 vocabulary, as its two phases (the one-call step is reduce then apply)."""
 
 from __future__ import annotations
