@@ -7,7 +7,7 @@ the wrapper) vs the Inductor lowering, at 1 and 2 threads.
 
 Rows come from one process; each thread count recompiles (Inductor bakes the
 thread count into the generated C++). The second table does the same for a whole
-``torch.compile(opt.step)`` of ``Lamb`` (issue 18): the eager op calls of its step,
+``torch.compile(opt.step)`` of ``Lamb``: the eager op calls of its step,
 the eager ``opt.step()`` (our Python around them), and the compiled step with the
 op left external, whose excess over the op calls is dynamo's per-call cost (guards
 on every param, grad and state tensor, and the wrapper).

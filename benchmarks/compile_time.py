@@ -1,5 +1,5 @@
 """Compile time of a compiled optimizer step against the number of parameter tensors,
-cold and warm, split by compiler stage (issue 18).
+cold and warm, split by compiler stage.
 
     python benchmarks/compile_time.py [--tensors 32 64 128 256] [--methods lamb lamb-lowering lamb-external adamw]
                                       [--threads 2] [--plot benchmarks/compile_time.png]

@@ -1,5 +1,5 @@
 """How closely LAMB16's stored float8 moments track the exact moments, with and
-without stochastic rounding (issue 17's accuracy target).
+without stochastic rounding.
 
 A heavy-tailed gradient stream (per-element scales ``exp(1.5 * randn)``,
 Student-t(3) noise around a drifting mean) runs through ``lamb16_step_`` for

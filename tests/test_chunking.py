@@ -1,5 +1,5 @@
 """A bucket with more params than ``max_tensors_per_call`` steps in several op
-calls (issue 18: Inductor's post-grad pass is quadratic in one call's tensors):
+calls (Inductor's post-grad pass is quadratic in one call's tensors):
 the same result as one call, eagerly and compiled."""
 
 from __future__ import annotations

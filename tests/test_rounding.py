@@ -146,7 +146,7 @@ def test_rounding_ignores_position():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_stored_second_moment_does_not_drift(seed):
-    """Issue 17's stream (262144 elements, 300 steps from zero state): with
+    """The heavy-tailed stream of inductor_lamb.accuracy (262144 elements, 300 steps from zero state): with
     stochastic rounding the sum of the stored v stays within 3% of the exact EMA's,
     where rounding to nearest drifts by 20-40% (measured: benchmarks/RESULTS.md);
     the L2 errors stay below the measured 23% (v) and 9% (m) plus a margin."""

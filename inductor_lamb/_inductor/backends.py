@@ -181,8 +181,8 @@ class IRBackend(Backend):
         values. Why: Inductor's scheduler checks every pair of nodes that read a
         common buffer as a fusion candidate (up to 64 neighbours each, about 0.4 ms
         a check, every fusion round), so 0-d inputs read by every param's loops cost
-        ~600 checks per param and made fusion most of a cold compile (RESULTS.md,
-        issue 18). Now only the n packet nodes share the inputs, and being alike in
+        ~600 checks per param and made fusion most of a cold compile (RESULTS.md).
+        Now only the n packet nodes share the inputs, and being alike in
         shape they fuse among themselves in the first round."""
         if not values or n == 0:
             return values
@@ -190,7 +190,7 @@ class IRBackend(Backend):
 
     def scalars(self, *values):
         """One [k] buffer per param holding its k scalars (each scheduler node costs
-        compile time: RESULTS.md, issue 18); floats pass through."""
+        compile time: RESULTS.md); floats pass through."""
         columns = [j for j, v in enumerate(values) if not isinstance(v, (int, float))]
         lengths = {len(values[j]) for j in columns if isinstance(values[j], list)}
         if len(lengths) > 1:

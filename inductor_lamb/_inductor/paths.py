@@ -82,7 +82,7 @@ def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
     state, step counts, master copies) is a graph input, so no node of the
     graph produces what the step reads and generated loops would fuse with
     nothing. One call to the C++ engine then does the same work faster and
-    compiles in a fraction of the time (RESULTS.md, session 14)."""
+    compiles in a fraction of the time (RESULTS.md)."""
     return all(_graph_input(t) for x in spec.args if x.role in _LISTS and bound[x.name] is not None
                for t in bound[x.name])
 

@@ -189,7 +189,7 @@ class FusedOptimizer(Optimizer):
     # Params per op call: a bucket with more takes several calls. Why: Inductor's
     # post-grad pass (decompose_auto_functionalized) is quadratic in the tensors one
     # mutating call writes, 28 s of a cold compile at 256 params in one call, 6.8 s
-    # in calls of 64, 4.2 s in calls of 32 (RESULTS.md, issue 18). Eagerly, 32 costs
+    # in calls of 64, 4.2 s in calls of 32 (RESULTS.md). Eagerly, 32 costs
     # a few hundredths of a ms per step more than 64 on small params.
     max_tensors_per_call: int = 32
 
@@ -431,7 +431,7 @@ class FusedOptimizer(Optimizer):
         instead of tracing it, and installs the guards on ``param_groups`` and
         ``state`` itself (torch/_dynamo/variables/optimizer.py). Traced, this
         per-param Python was most of dynamo's time on a compiled step (RESULTS.md,
-        issue 18). The result depends only on what those guards check: which params
+        compile time). The result depends only on what those guards check: which params
         have grads, their devices and dtypes, and the state's keys."""
         self._stepped = True  # eager here even in a compiled step (see _opt_called)
         group = self.__dict__["_groups"][index]

@@ -6,9 +6,9 @@
 # (default: all four); split them over several calls if one would pass the device's
 # 10-minute limit. The torch.compile(reference) rows are left out unless
 # COMPILED_REFERENCE=1: compiling the reference for LAMB's BERT-large-like list
-# alone took 7 minutes on an H100 (session 16; it ran 7.25x slower than our op).
+# alone took 7 minutes on an H100 (and it ran 7.25x slower than our op).
 #
-# The lent H100/H200 image (session 16) needs three things this script does:
+# The H100/H200 image this was first run on needs three things this script does:
 # - its `pip` is another Python's: use `python3 -m pip` (python3 holds torch);
 # - its CXX=/opt/gcc/bin/g++ links libstdc++ statically, which crashes the
 #   extension (setup.py refuses such a build): build with the system gcc/g++;
