@@ -32,13 +32,15 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth  # noqa: E402
+from common import (DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth,  # noqa: E402
+                    timm_lamb_class, torchao_low_bit)
 
 import inductor_lamb  # noqa: E402
 from inductor_lamb import reference  # noqa: E402
 
 # Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
-BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20}
+# torchao's 8-bit AdamWs: p and g (12) plus two 1-byte moments read and written (4).
+BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20, "adamw8": 16}
 
 
 def make_state(shapes, seed=0, kind="lamb", device="cpu"):
@@ -91,6 +93,23 @@ TWINS = {
 }
 
 
+def peer_rows(kind, shapes, device="cpu") -> list[tuple[str, int, Callable[[], Callable[[], object]]]]:
+    """Optional peers, when installed: timm's Lamb (eager and torch.compile'd step) for
+    LAMB, torchao's low-bit AdamWs for LAMB16. (name, bytes/param floor, maker)."""
+    rows = []
+    timm_lamb = timm_lamb_class()
+    if kind == "lamb" and timm_lamb is not None:
+        # max_grad_norm=None: no global clip pass, as in our op's row
+        rows.append(("timm Lamb (eager)", BYTES_PER_PARAM["lamb"],
+                     lambda: torch_optimizer(timm_lamb, shapes, device, lr=1e-4, max_grad_norm=None)))
+        rows.append(("torch.compile(timm Lamb.step)", BYTES_PER_PARAM["lamb"],
+                     lambda: torch.compile(torch_optimizer(timm_lamb, shapes, device, lr=1e-4, max_grad_norm=None))))
+    if kind == "lamb16":
+        for name, cls in torchao_low_bit().items():
+            rows.append((name, BYTES_PER_PARAM["adamw8"], lambda cls=cls: torch_optimizer(cls, shapes, device, lr=1e-4)))
+    return rows
+
+
 def rows_for(kind, shapes, compiled_reference=True) -> list[tuple[str, int, Callable[[], object]]]:
     """(name, bytes/param floor, zero-argument step) rows, each on its own copy of the state."""
     lr = torch.tensor(1e-4)
@@ -106,6 +125,7 @@ def rows_for(kind, shapes, compiled_reference=True) -> list[tuple[str, int, Call
         rows.append(("torch.compile(reference)", BYTES_PER_PARAM[kind], lambda s=s: compiled(*s, lr=lr, **kw)))
     for name, floor, make_twin in TWINS[kind]:
         rows.append((name, BYTES_PER_PARAM[floor], make_twin(shapes)))
+    rows += [(name, floor, make()) for name, floor, make in peer_rows(kind, shapes)]
     return rows
 
 
@@ -185,6 +205,7 @@ def run_cuda(args) -> list[dict]:
                                lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr=lr, **kw))))
             makers.append((name, BYTES_PER_PARAM[floor],
                            (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))))
+            makers += peer_rows(kind, shapes, "cuda")
             table = []
             for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
                 fn = make()

@@ -111,3 +111,32 @@ def numel(shapes) -> int:
             k *= d
         n += k
     return n
+
+
+def timm_lamb_class():
+    """timm's ``Lamb`` (the pure-PyTorch LAMB users switch from), or None when timm
+    is not installed. Only its optimizer files are loaded: timm's package imports
+    torchvision, which this project's machines lack."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("timm")
+    if spec is None:
+        return None
+    if "_timm_optim" not in sys.modules:
+        pkg = types.ModuleType("_timm_optim")
+        pkg.__path__ = [str(Path(spec.submodule_search_locations[0]) / "optim")]
+        sys.modules["_timm_optim"] = pkg
+    return importlib.import_module("_timm_optim.lamb").Lamb
+
+
+def torchao_low_bit():
+    """torchao's low-bit AdamWs (name -> class), or {} when torchao is not installed."""
+    try:
+        from torchao.optim import AdamW8bit, AdamWFp8
+    except ImportError:
+        return {}
+    return {"torchao AdamW8bit": AdamW8bit, "torchao AdamWFp8": AdamWFp8}
