@@ -4,11 +4,19 @@ lowers it here since the graph computes the grads; always lowered into Inductor 
 an external call to our kernel), against the same step run eagerly.
 
     python benchmarks/bench_train_step.py [--opt lamb lamb16] [--blocks 8] [--hidden 512] [--threads 2]
+    python benchmarks/bench_train_step.py --model gpt2 --device cuda [--layers 12] [--width 768]
 
-The model is a stack of pre-LayerNorm MLP blocks with BERT-like widths (4x FFN),
-so the step has many tensors of mixed sizes. All rows come from one process;
-each compiled row recompiles (``torch._dynamo.reset()``) with the op's compile
-path set per op (``set_compile_path(path, ops=...)``).
+The default model is a stack of pre-LayerNorm MLP blocks with BERT-like widths (4x
+FFN), so the step has many tensors of mixed sizes. ``--model gpt2``: GPT-2's
+architecture in plain torch (GPT-2 small by default: 12 layers, width 768, 148
+tensors, 124M params), random tokens, bf16 autocast on CUDA; its table adds the recipes a GPU user
+compares: ``torch.compile(opt.step)`` with a compiled model (recipe (b)) and torch's
+``AdamW(fused=True)`` eager and compiled, the optimizer's share of the eager step,
+the kernel launches of a step (profiler, CUDA) and the cold compile time.
+
+All rows come from one process; each compiled row recompiles
+(``torch._dynamo.reset()``) with the op's compile path set per op
+(``set_compile_path(path, ops=...)``).
 """
 
 from __future__ import annotations
@@ -53,6 +61,134 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     return loss.detach()
 
 
+class CausalBlock(nn.Module):
+    """A GPT-2 block: pre-LayerNorm causal self-attention and a 4x MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
+        return x + self.down(nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2Like(nn.Module):
+    """GPT-2's architecture in plain torch (GPT-2 small by default: 12 layers, width
+    768, 12 heads, learned positions, tied embeddings), built with no download."""
+
+    def __init__(self, layers: int, width: int, context: int, vocab: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(CausalBlock(width, max(1, width // 64)) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            h = block(h)
+        return self.ln(h) @ self.tok.weight.t()
+
+
+def gpt2(layers: int, width: int, context: int, vocab: int) -> nn.Module:
+    torch.manual_seed(0)
+    return GPT2Like(layers, width, context, vocab)
+
+
+def lm_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, under bf16 autocast on CUDA."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=x.device.type == "cuda"):
+        logits = model(x)
+    return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
+
+
+def lm_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    loss = lm_loss(model, x)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def launches(fn) -> int:
+    """CUDA kernels one call of ``fn`` launches (profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memcpy"))
+
+
+def run_gpt2(args) -> None:
+    """The GPT-2 table: each recipe on a fresh model and optimizer, one process."""
+    from common import bench_cuda
+
+    device = torch.device(args.device)
+    timer = bench_cuda if device.type == "cuda" else bench
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, args.vocab, (args.batch, args.context), generator=gen).to(device)
+    makers = {
+        "Lamb": lambda m: inductor_lamb.Lamb(m.parameters(), lr=1e-3, weight_decay=0.01),
+        "AdamW(fused=True)": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01, fused=True),
+    }
+    recipes = [("Lamb", "eager", None), ("Lamb", "whole step compiled, auto (default)", "auto"),
+               ("Lamb", "whole step compiled, external", "external"),
+               ("Lamb", "whole step compiled, lowering", "lowering"),
+               ("Lamb", "compiled model + torch.compile(opt.step)", "recipe b"),
+               # torch's optimizers graph-break in step() (_use_grad), so no whole-step graph:
+               # torch's own recipe, a compiled model and a compiled step
+               ("AdamW(fused=True)", "eager", None),
+               ("AdamW(fused=True)", "compiled model + torch.compile(opt.step)", "recipe b")]
+    print(f"# {torch.cuda.get_device_name() if device.type == 'cuda' else machine_line(args.threads)}; "
+          f"torch {torch.__version__}")
+    probe = gpt2(args.layers, args.width, args.context, args.vocab)
+    print(f"\nGPT-2: {args.layers} layers, width {args.width}, {len(list(probe.parameters()))} tensors, "
+          f"{sum(p.numel() for p in probe.parameters()) / 1e6:.1f}M params; batch {args.batch} x {args.context} "
+          f"tokens{', bf16 autocast' if device.type == 'cuda' else ''}")
+    print("| optimizer | recipe | step ms | optimizer ms | launches | compile s (first call) |")
+    print("|---|---|---|---|---|---|")
+    for opt_name, recipe, path in tqdm(recipes, desc="GPT-2 steps", file=sys.stderr, leave=False):
+        model = gpt2(args.layers, args.width, args.context, args.vocab).to(device)
+        opt = makers[opt_name](model)
+        inductor_lamb.set_compile_path(path if path in ("auto", "external", "lowering") else "auto")
+        torch._dynamo.reset()
+        compile_s, opt_ms = 0.0, float("nan")
+        if path is None:
+            fn = lambda: lm_step(model, opt, x)  # noqa: E731
+            fn()
+            lm_loss(model, x).backward()
+            opt_ms = timer(opt.step, min_time=args.min_time / 2) * 1e3  # the optimizer alone, same grads
+        elif path == "recipe b":
+            cmodel, cstep = torch.compile(model), torch.compile(opt.step)
+
+            def fn():
+                lm_loss(cmodel, x).backward()
+                cstep()
+                opt.zero_grad(set_to_none=True)
+        else:
+            step = torch.compile(lm_step, fullgraph=True)
+            fn = lambda: step(model, opt, x)  # noqa: E731
+        if path is not None:
+            start = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            compile_s = time.perf_counter() - start
+        t = timer(fn, min_time=args.min_time)
+        n = launches(fn) if device.type == "cuda" else 0
+        print(f"| {opt_name} | {recipe} | {t * 1e3:.2f} | {opt_ms:.2f} | {n if n else '-'} | {compile_s:.1f} |",
+              flush=True)
+        del model, opt, fn
+    inductor_lamb.set_compile_path()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--opt", nargs="+", default=["lamb", "lamb16"], choices=list(OPTIMIZERS))
@@ -61,9 +197,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     ap.add_argument("--min-time", type=float, default=2.0)
+    ap.add_argument("--model", default="mlp", choices=["mlp", "gpt2"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--layers", type=int, default=12, help="--model gpt2")
+    ap.add_argument("--width", type=int, default=768, help="--model gpt2")
+    ap.add_argument("--context", type=int, default=512, help="--model gpt2")
+    ap.add_argument("--vocab", type=int, default=50257, help="--model gpt2")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch._dynamo.config.trace_autograd_ops = True  # loss.backward() inside the compiled graph (torch 2.13)
+    if args.model == "gpt2":
+        run_gpt2(args)
+        return
 
     print(machine_line(args.threads))
     gen = torch.Generator().manual_seed(1)
