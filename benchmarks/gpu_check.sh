@@ -2,7 +2,8 @@
 # The whole GPU check on a machine with an NVIDIA GPU, a CUDA torch, nvcc and Triton (no
 # internet needed), in two halves of under 10 minutes each; outputs under $OUT (or /tmp):
 #
-#   bash benchmarks/gpu_check.sh 1   # build, tests/test_cuda.py, LAMB and LAMB16 step tables
+#   bash benchmarks/gpu_check.sh 1   # build, tests/test_cuda.py, LAMB and LAMB16 step tables,
+#                                    # FSDP2 + Lamb on NCCL (world size 1) against CPU/gloo
 #   bash benchmarks/gpu_check.sh 2   # build (kept when the machine is still warm), LARS and
 #                                    # Adagrad step tables, the GPT-2 training step
 #   bash benchmarks/gpu_check.sh 1 2 # both, one after the other
@@ -45,6 +46,7 @@ summary() {  # our op's rows of every step table, and the GPT-2 table
     [ -f "$f" ] && grep -E "^(LAMB|LAMB16|LARS|ADAGRAD), |^\| inductor_lamb op|^\| torch (AdamW|SGD|Adagrad)|LAMB op \(fp32" "$f"
   done
   [ -f "$out/train_step_gpt2.txt" ] && grep -E "^(GPT-2|\|)" "$out/train_step_gpt2.txt"
+  for f in "$out"/train_fsdp_*.txt; do [ -f "$f" ] && { echo "$(basename "$f"):"; grep -i "loss" "$f"; }; done
 }
 
 for half in "${halves[@]}"; do
@@ -55,6 +57,13 @@ for half in "${halves[@]}"; do
     tests=${PIPESTATUS[0]}
     tail -40 "$out/test_cuda.txt"
     $py benchmarks/bench_step.py --device cuda --min-time 0.5 "${ref[@]}" --ops lamb lamb16 2>&1 | tee "$out/bench_step_cuda_1.txt"
+    # FSDP2 + Lamb on NCCL at world size 1, eager and compiled, and the same run on CPU/gloo
+    for args in "" "--compile"; do
+      $py -m torch.distributed.run --nproc_per_node 1 benchmarks/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
+        | tee -a "$out/train_fsdp_nccl.txt"
+      CUDA_VISIBLE_DEVICES= $py -m torch.distributed.run --nproc_per_node 1 benchmarks/train_fsdp.py --steps 30 $args \
+        2>&1 | tail -3 | tee -a "$out/train_fsdp_gloo.txt"
+    done
   elif [ "$half" = 2 ]; then
     $py benchmarks/bench_step.py --device cuda --min-time 0.5 "${ref[@]}" --ops lars adagrad 2>&1 | tee "$out/bench_step_cuda_2.txt"
     $py benchmarks/bench_train_step.py --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
