@@ -60,12 +60,13 @@ WRITE_UP = {  # the LAMB16 write-up's MNIST settings and claims
 WRITE_UP_OPTIMIZERS = ["AdamW", "Lamb", "Lamb16"]
 
 
-def optimizers() -> dict[str, Callable[[nn.Module, float], torch.optim.Optimizer]]:
-    """name -> factory(model, lr); weight decay 0.01 on weights, none on biases and norms."""
+def optimizers(decay_all: bool = False) -> dict[str, Callable[[nn.Module, float], torch.optim.Optimizer]]:
+    """name -> factory(model, lr); weight decay 0.01 on weights, none on biases and norms
+    (``decay_all``: on every param, as the write-up's settings)."""
 
     def groups(model):
-        decay = [p for p in model.parameters() if p.ndim >= 2]
-        rest = [p for p in model.parameters() if p.ndim < 2]
+        decay = [p for p in model.parameters() if p.ndim >= 2 or decay_all]
+        rest = [p for p in model.parameters() if p.ndim < 2 and not decay_all]
         return [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}]
 
     out = {
@@ -119,7 +120,7 @@ def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, co
     (train_x, train_y), val, test = data
     torch.manual_seed(seed)
     model = Net()
-    opt = optimizers()[name](model, lr)
+    opt = optimizers(decay_all=constant_lr)[name](model, lr)  # (constant lr: the write-up's settings)
     steps_per_epoch = max(1, len(train_x) // batch)
     total = epochs * steps_per_epoch
     sched = None if constant_lr else torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total))
@@ -211,6 +212,10 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
         return lm_run(name, batch, lr, budget, seed, data, quick)
 
     res = out.setdefault(task, {"sweep": {}, "scaled": {}, "write_up": {}})
+    if "write-up" in args.parts and task == "mnist":
+        write_up(names, seeds, quick, one, res, save)
+    if "sweep" not in args.parts:
+        return
     jobs = [(n, f) for n in names for f in GRID]
     for name, f in tqdm(jobs, desc=f"{task}: lr sweep at batch {ref}"):
         lr = BASE_LR[name] * f
@@ -232,15 +237,18 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
         run = res["sweep"][name][best] if b == ref and s == 0 else one(name, b, lr, s)
         res["scaled"][name].setdefault(str(b), {})[str(s)] = {**run, "lr": lr}
         save()
-    if task == "mnist":
-        jobs = [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]
-        for name, setting, s in tqdm(jobs, desc="mnist: the write-up's settings"):
-            cfg = WRITE_UP[setting]
-            epochs = 1 if quick else cfg["epochs"]
-            batch = min(cfg["batch"], 256) if quick else cfg["batch"]
-            run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
-            res["write_up"].setdefault(setting, {}).setdefault(name, {})[str(s)] = run
-            save()
+
+
+def write_up(names, seeds, quick, one, res, save) -> None:
+    """The LAMB16 write-up's two MNIST settings, exactly as stated (constant lr)."""
+    jobs = [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]
+    for name, setting, s in tqdm(jobs, desc="mnist: the write-up's settings"):
+        cfg = WRITE_UP[setting]
+        epochs = 1 if quick else cfg["epochs"]
+        batch = min(cfg["batch"], 256) if quick else cfg["batch"]
+        run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
+        res["write_up"].setdefault(setting, {}).setdefault(name, {})[str(s)] = run
+        save()
 
 
 def cost(task: str, names: list[str], quick: bool) -> dict:
@@ -333,6 +341,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds (for the test)")
     ap.add_argument("--tasks", nargs="+", default=["mnist", "lm"], choices=["mnist", "lm"])
     ap.add_argument("--optimizers", nargs="+", default=list(BASE_LR), choices=list(BASE_LR))
+    ap.add_argument("--parts", nargs="+", default=["sweep", "write-up"], choices=["sweep", "write-up"],
+                    help="the lr sweep and its sqrt-scaled batches; the write-up's MNIST settings")
     ap.add_argument("--epochs", type=int, default=10, help="MNIST budget")
     ap.add_argument("--sequences", type=int, default=16000, help="LM budget (sequences of 128 bytes)")
     ap.add_argument("--threads", type=int, default=2)
