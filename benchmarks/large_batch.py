@@ -20,7 +20,9 @@ Cost: state bytes per parameter measured from each optimizer's state tensors, an
 step time of every optimizer on the same model, in the same run.
 
 torchao's rows are skipped, with a message, when torchao is not installed
-(``pip install --no-deps torchao``). Raw results go to the JSON after every run.
+(``pip install --no-deps torchao``). Raw results go to the JSON after every run, and
+``--resume`` continues an interrupted study from it (the full study takes hours on 2 cores;
+``--parts`` and ``--tasks`` split it into pieces of about an hour).
 """
 
 from __future__ import annotations
@@ -219,8 +221,10 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
     jobs = [(n, f) for n in names for f in GRID]
     for name, f in tqdm(jobs, desc=f"{task}: lr sweep at batch {ref}"):
         lr = BASE_LR[name] * f
-        res["sweep"].setdefault(name, {})[f"{lr:g}"] = one(name, ref, lr, 0)
-        save()
+        runs = res["sweep"].setdefault(name, {})
+        if f"{lr:g}" not in runs:  # (not already in a resumed JSON)
+            runs[f"{lr:g}"] = one(name, ref, lr, 0)
+            save()
     key = "val_acc" if task == "mnist" else "val_loss"
     for name in names:
         runs = res["sweep"][name]
@@ -234,8 +238,11 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
         if best is None:
             continue
         lr = float(best) * math.sqrt(b / ref)
+        cell = res["scaled"][name].setdefault(str(b), {})
+        if str(s) in cell and cell[str(s)]["lr"] == lr:
+            continue
         run = res["sweep"][name][best] if b == ref and s == 0 else one(name, b, lr, s)
-        res["scaled"][name].setdefault(str(b), {})[str(s)] = {**run, "lr": lr}
+        cell[str(s)] = {**run, "lr": lr}
         save()
 
 
@@ -244,6 +251,8 @@ def write_up(names, seeds, quick, one, res, save) -> None:
     jobs = [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]
     for name, setting, s in tqdm(jobs, desc="mnist: the write-up's settings"):
         cfg = WRITE_UP[setting]
+        if str(s) in res["write_up"].get(setting, {}).get(name, {}):
+            continue
         epochs = 1 if quick else cfg["epochs"]
         batch = min(cfg["batch"], 256) if quick else cfg["batch"]
         run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
@@ -346,6 +355,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=10, help="MNIST budget")
     ap.add_argument("--sequences", type=int, default=16000, help="LM budget (sequences of 128 bytes)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --json and run only the missing ones")
     ap.add_argument("--json", default=str(HERE / "large_batch.json"))
     ap.add_argument("--plot", default=str(HERE / "large_batch.png"))
     args = ap.parse_args()
@@ -359,13 +370,17 @@ def main() -> None:
             print(f"skipping {n}: torchao is not installed (pip install --no-deps torchao)")
     print(f"# {machine_line(args.threads)}")
     out: dict = {"machine": machine_line(args.threads), "args": vars(args), "optimizers": names}
+    if args.resume and Path(args.json).exists():
+        previous = json.loads(Path(args.json).read_text())
+        out.update({k: v for k, v in previous.items() if k in ("mnist", "lm", "cost")})
+        out["optimizers"] = list(dict.fromkeys(previous.get("optimizers", []) + names))
 
     def save() -> None:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
     for task in args.tasks:
         study(task, names, args, out, save)
-        out.setdefault("cost", {})[task] = cost(task, names, args.quick)
+        out.setdefault("cost", {}).setdefault(task, {}).update(cost(task, names, args.quick))
         save()
     report(out)
     if args.plot:
