@@ -1,30 +1,26 @@
-"""Typed wrappers of ``torch.ops.lamb.*`` and their fake implementations, both
-derived from the op descriptions in :mod:`inductor_lamb.spec`.
+"""Typed wrappers of ``torch.ops.lamb.*``, derived from the op descriptions in
+:mod:`inductor_lamb.spec`.
 
 Wrappers take the tensor lists positionally and every hyper-parameter by
 keyword (``lamb_step_(params, grads, m, v, steps, lr=lr, beta1=0.9)``); Python
 floats of scheduled hyper-parameters (``lr``, ``beta1``, ``beta2``,
 ``momentum``) become 0-d float32 tensors on the params' device.
 
-A fake implementation runs the kernels' argument checks (:func:`spec.check`),
-so every compile path rejects a bad call at trace time with the eager error,
-before any tensor is touched. Step and apply ops update lists in place and
-return nothing; a reduce op returns its float32 ``[len(params), k]`` reductions
-(two-phase protocol: :mod:`inductor_lamb.spec`).
+The ops' fake implementations are their C++ Meta kernels (``csrc/ops.cpp``),
+which run the kernels' own argument checks: every compile path rejects a bad
+call at trace time with the eager error, before any tensor is touched. Step and
+apply ops update lists in place and return nothing; a reduce op returns its
+float32 ``[len(params), k]`` reductions (two-phase protocol: :mod:`inductor_lamb.spec`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
 from torch import Tensor
 
-from .spec import SPECS, check, device_of
+from .spec import SPECS
 
 __all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "lamb_reduce_", "lamb_apply_",
-           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_"]
+           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_", "clip_factor"]
 
 lamb_step_ = SPECS["lamb_step_"].wrapper()
 lamb16_step_ = SPECS["lamb16_step_"].wrapper()
@@ -36,9 +32,9 @@ lamb16_reduce_ = SPECS["lamb16_reduce_"].wrapper()
 lamb16_apply_ = SPECS["lamb16_apply_"].wrapper()
 lars_reduce = SPECS["lars_reduce"].wrapper()
 lars_apply_ = SPECS["lars_apply_"].wrapper()
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-__all__ += ["clip_factor"]
+for _fn in (lamb_step_, lamb16_step_, lars_step_, adagrad_step_, lamb_reduce_, lamb_apply_, lamb16_reduce_,
+            lamb16_apply_, lars_reduce, lars_apply_):
+    _fn.__module__ = __name__
 
 
 def clip_factor(grad_sumsq: Tensor, max_grad_norm: float, grad_scale: Tensor | None = None) -> Tensor:
@@ -52,20 +48,3 @@ def clip_factor(grad_sumsq: Tensor, max_grad_norm: float, grad_scale: Tensor | N
     if grad_scale is not None:
         norm = norm / grad_scale.to(norm.device).double().reshape(())
     return (norm / max_grad_norm).clamp(min=1.0).float()
-
-
-def _register_fakes() -> None:
-    for name, spec in SPECS.items():
-
-        def fake(*args: Any, _spec=spec, **kwargs: Any) -> Tensor | None:
-            a = _spec.bind(args, kwargs)
-            check(_spec, a)
-            if _spec.phase == "reduce":
-                return torch.empty((len(a["params"]), len(_spec.reductions)), dtype=torch.float32,
-                                   device=device_of(a))
-            return None
-
-        torch.library.register_fake(f"lamb::{name}")(fake)
-
-
-_register_fakes()

@@ -12,18 +12,13 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from ._inductor.backends import TorchBackend
-from .rounding import element_hash, stochastic_round, tensor_key
+from .rounding import FP8_MAX, TENSORS, element_hash, stochastic_round, tensor_key
 from .spec import SPECS, Role
 
 __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
            "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode"]
 
-# Largest finite value of each float8 format LAMB16 stores (448 and 57344; csrc/common/lamb16.h
-# holds the C++ constants, and tests/test_lamb16_op.py checks that they agree).
-FP8_MAX = {dt: float(torch.finfo(dt).max) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 _FLT_MIN = torch.finfo(torch.float32).tiny
-_TORCH = TorchBackend()  # the integer steps of LAMB16's stochastic rounding, in plain torch
 
 
 def _reference(op: str):
@@ -164,7 +159,7 @@ def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | No
     inv = (1.0 / scale.float()).to(x.dtype)
     y = (x * inv).clamp(-hi, hi)
     if hashes is not None:
-        y = stochastic_round(_TORCH, y.float(), hashes, dtype)
+        y = stochastic_round(TENSORS, y.float(), hashes, dtype)
     return y.to(dtype)
 
 
@@ -214,10 +209,10 @@ def _lamb16_apply(a, reductions) -> None:
         p.sub_(lr * ratio * u)
         sm.copy_(fp8_scale_of_amax(m_amax, m8.dtype))
         sv.copy_(fp8_scale_of_amax(v_amax, v8.dtype))
-        key = tensor_key(_TORCH, a.seed, step) if a.stochastic_rounding else None
+        key = tensor_key(TENSORS, a.seed, step) if a.stochastic_rounding else None
         if key is not None:  # the hash reads the float32 grads / grad_scale the kernels compute
             g = g.float() if a.grad_scale is None else g.float() * (1.0 / a.grad_scale.float())
-        hashes = None if key is None else element_hash(_TORCH, key, g, m8, v8)
+        hashes = None if key is None else element_hash(TENSORS, key, g, m8, v8)
         m_new = fp8_encode(m, sm, m8.dtype, hashes)
         v_new = fp8_encode(v, sv, v8.dtype, hashes)
         m8.copy_(m_new)

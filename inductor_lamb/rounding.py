@@ -15,7 +15,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensor_key", "element_hash", "stochastic_round", "GRIDS"]
+__all__ = ["tensor_key", "element_hash", "stochastic_round", "GRIDS", "FP8_MAX", "TensorOps", "TENSORS"]
+
+# Largest finite value of each float8 format LAMB16 stores (448 and 57344; csrc/common/lamb16.h
+# holds the C++ constants, and tests/test_lamb16_op.py checks that they agree).
+FP8_MAX = {dt: float(torch.finfo(dt).max) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 
 _M32 = 0xFFFFFFFF
 _MIX1, _MIX2, _CODE_MUL = 0x7FEB352D, 0x846CA68B, 0x9E3779B9
@@ -100,3 +104,47 @@ def stochastic_round(B: Any, x: Any, hashes: Any, dtype: torch.dtype) -> Any:
     rounded stochastically onto ``dtype``'s grid with :func:`element_hash`'s bits."""
     grid = GRIDS[dtype]
     return B.elementwise(lambda o, x_, h: _round(o, grid, x_, h), [x, hashes], torch.float32)
+
+
+# ---- on tensors --------------------------------------------------------------------------
+
+class TensorOps:
+    """The per-element operations on tensors (int64 holding uint32): the namespace
+    the functions above get when run in plain torch (the decomposition, the reference)."""
+
+    @staticmethod
+    def bits(x): return x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    @staticmethod
+    def from_bits(a): return (a - ((a >> 31) << 32)).to(torch.int32).view(torch.float32)
+    @staticmethod
+    def code(x, dtype): return x.view(torch.uint8).to(torch.int64)
+    @staticmethod
+    def to_int(x): return x.to(torch.int64)
+    @staticmethod
+    def to_float(x): return x.to(torch.float32)
+    @staticmethod
+    def umul(a, c): return (a * c) & 0xFFFFFFFF
+    @staticmethod
+    def shl(a, k): return (a << k) & 0xFFFFFFFF
+    xor, band, bor = staticmethod(lambda a, b: a ^ b), staticmethod(lambda a, b: a & b), staticmethod(lambda a, b: a | b)
+    shr, add, sub = staticmethod(lambda a, k: a >> k), staticmethod(lambda a, b: a + b), staticmethod(lambda a, b: a - b)
+    mul, less_than = staticmethod(lambda a, b: a * b), staticmethod(lambda a, c: a < c)
+    where = staticmethod(torch.where)
+
+
+class _Tensors:
+    """The backend argument of the functions above for single tensors in plain
+    torch: what the reference (inductor_lamb/reference.py) runs them on."""
+
+    @staticmethod
+    def elementwise(fn: Any, inputs: list[Any], dtype: torch.dtype) -> Any:
+        return fn(TensorOps, *inputs).to(dtype)
+
+    @staticmethod
+    def scalar(a: Any) -> Any:
+        return a
+
+    shared = scalar
+
+
+TENSORS = _Tensors()

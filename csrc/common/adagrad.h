@@ -9,6 +9,13 @@ struct Hyper {
   bool maximize;
 };
 
+// The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
+// common/op_args.h; a template keeps this header free of torch for nvcc).
+template <typename A>
+Hyper hyper_of(const A& a) {
+  return {a.real("lr_decay"), a.real("weight_decay"), a.real("eps"), a.flag("maximize")};
+}
+
 // The step's learning rate lr / (1 + (t - 1) lr_decay), t the incremented step.
 INDUCTOR_LAMB_HD float clr(double lr, double t, double lr_decay) { return float(lr / (1.0 + (t - 1.0) * lr_decay)); }
 

@@ -15,6 +15,15 @@ struct Hyper {
   bool bias_correction, grad_averaging, always_adapt, trust_clip;
 };
 
+// The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
+// common/op_args.h; a template keeps this header free of torch for nvcc).
+template <typename A>
+Hyper hyper_of(const A& a) {
+  return {a.scalar("beta1"),         a.scalar("beta2"),          a.real("eps"),
+          a.real("weight_decay"),     a.real("max_grad_norm"),    a.flag("bias_correction"),
+          a.flag("grad_averaging"),   a.flag("always_adapt"),     a.flag("trust_clip")};
+}
+
 constexpr int kReductions = 2;  // per tensor: ||p||^2, ||u||^2 (sums over shards)
 
 // 1 / (1 - beta^t), or 1 without bias correction.

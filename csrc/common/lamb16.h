@@ -16,6 +16,14 @@ struct Hyper {
   int64_t seed;              // of the rounding's random bits
 };
 
+// The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
+// common/op_args.h; a template keeps this header free of torch for nvcc).
+template <typename A>
+Hyper hyper_of(const A& a) {
+  return {a.scalar("beta1"), a.scalar("beta2"), a.real("eps"), a.real("weight_decay"), a.real("trust_scale"),
+          a.flag("stochastic_rounding"), a.integer("seed")};
+}
+
 // Per tensor: ||p||^2, ||u||^2 (sums over shards), amax |m|, amax v (maxima over shards).
 constexpr int kReductions = 4;
 constexpr unsigned kMaxColumns = 0b1100u;  // which reductions are maxima

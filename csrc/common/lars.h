@@ -18,6 +18,22 @@ struct Options {
   bool layer_adaptation;
 };
 
+// The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
+// common/op_args.h; a template keeps this header free of torch for nvcc).
+template <typename A>
+Hyper hyper_of(const A& a) {
+  return {a.scalar("momentum"), a.real("lars_coeff"), a.real("eps"), a.real("rescale_grad")};
+}
+
+// The options of param i: weight_decay has one value for all or one per param;
+// layer_adaptation none (all adapted), one for all or one per param.
+template <typename A, typename I>
+Options options_of(const A& a, I i) {
+  const auto& wd = a.reals("weight_decay");
+  const auto& adapt = a.flags("layer_adaptation");
+  return {wd.empty() ? 0.0 : wd[wd.size() == 1 ? 0 : i], adapt.empty() ? true : bool(adapt[adapt.size() == 1 ? 0 : i])};
+}
+
 constexpr int kReductions = 2;  // per tensor: ||p||^2, ||g||^2 (sums over shards)
 
 // The gradient multiplier rescale_grad / grad_scale.

@@ -1,127 +1,131 @@
 #pragma once
-// Every op's arguments on the C++ side, shared by the CPU glue (csrc/cpu/<opt>.cpp)
-// and the CUDA glue (csrc/cuda/ops_cuda.cpp): the C++ parameter lists, what valid
-// input is (one check per op, with messages naming the argument and list index),
-// and the hyper-parameter struct of common/<opt>.h that the kernels receive.
+// An op call's arguments on the C++ side, shared by the CPU glue (csrc/cpu/<opt>.cpp),
+// the CUDA glue (csrc/cuda/ops_cuda.cpp) and the Meta kernels (csrc/ops.cpp):
+//   * OpArgs reads a call's arguments by name from the dispatcher's stack, against
+//     the op's schema (csrc/ops.cpp holds every schema as text), so no C++
+//     parameter list repeats a schema: kernels are boxed;
+//   * Contract says what a schema cannot (which lists are state and in which
+//     dtype, the two-phase reductions), declared beside the schemas;
+//   * check_call() is the one check of every op, run by the kernels and, at trace
+//     time, by the Meta kernels (the fake implementations of every compile path).
 //
-// Each check_<op> runs every check (naming `op`, the step op or one of its phases)
-// before anything is written, then returns the op's per-element state lists (in
-// TensorRows order: states, then master params) and its Hyper. Order and messages
-// are mirrored by inductor_lamb/spec.py::check (the trace-time checks of every
-// compile path): list lengths, then per index the param, grad and state rows,
-// then the per-tensor scalar lists, the scheduled tensor hyper-parameters (lr,
-// betas, momentum), grad_scale / found_inf, and last the float hyper-parameters
-// in schema order. Scheduled tensors are data: their values are not range-checked
-// (a compiled step could not check them at trace time).
+// check_call's order and messages: list lengths, then per index the param, grad
+// and state rows, then the per-tensor scalar lists, the scheduled tensor
+// hyper-parameters (lr, betas, momentum), grad_scale / found_inf, the float
+// hyper-parameters and per-param lists in schema order, and last an apply op's
+// reductions. Scheduled tensors are data: their values are not range-checked (a
+// compiled step could not check them at trace time). Float hyper-parameters must
+// be >= 0 unless the contract lists them as signed.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
 
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include "common/adagrad.h"
-#include "common/lamb.h"
-#include "common/lamb16.h"
-#include "common/lars.h"
 #include "common/rows.h"
 
 namespace inductor_lamb {
 
-// Checks with messages like "lamb_step_: grads[3] has shape [2, 3] but params[3] has shape [3, 2]".
-class ArgChecker {
- public:
-  explicit ArgChecker(const char* op) : op_(op) {}
-  const char* op() const { return op_; }
+enum class Phase { Step, Reduce, Apply };
 
-  void same_length(const char* name, at::TensorList list, const char* ref_name, size_t n) const;
-  // `t` (list entry `name`[i]) must be defined, dense (strided), on `device`.
-  void dense_on(const at::Tensor& t, const char* name, size_t i, const at::Device& device) const;
-  void same_shape(const at::Tensor& t, const char* name, const at::Tensor& ref, const char* ref_name, size_t i) const;
-  void dtype_is(const at::Tensor& t, const char* name, size_t i, at::ScalarType expected) const;
-  void param_dtype(const at::Tensor& t, const char* name, size_t i) const;  // float32 / bfloat16 / float16
-  // A 0-d float32 tensor (lr, steps[i]); i < 0 for a non-list argument.
-  void scalar_tensor(const at::Tensor& t, const char* name, int64_t i, const at::Device& device) const;
-  // grad_scale / found_inf: one float32 element on `device`.
-  void optional_scalar(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) const;
-  void in_range(double v, const char* name, double lo, double hi, bool hi_open) const;
+// A per-element state list: shaped like the params, in a fixed dtype.
+struct StateDecl {
+  const char* name;
+  at::ScalarType dtype;
+};
+
+struct Contract {
+  const char* step;                 // the one-call op
+  const char* reduce;               // its two phases (nullptr: a one-call op)
+  const char* apply;
+  std::vector<StateDecl> states;    // in schema order
+  std::vector<const char*> scalars; // lists of one 0-d float32 tensor per param, in schema order
+  // The columns of the reductions and how the partials of one tensor's shards
+  // combine ("sum" or "max").
+  std::vector<std::pair<const char*, const char*>> reductions;
+  std::vector<const char*> signed_floats;  // float hyper-parameters that may be negative
+};
+
+// The contract of an op or of one of its phases (csrc/ops.cpp).
+const Contract& contract_of(const std::string& op);
+
+class OpArgs {
+ public:
+  OpArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  const char* op() const { return name_.c_str(); }  // "lamb_step_", without the namespace
+  const Contract& contract() const { return *contract_; }
+  Phase phase() const { return phase_; }
+  const c10::FunctionSchema& schema() const { return *schema_; }
+  size_t size() const { return list("params").size(); }
+  at::Device device() const;  // the params' device (the lr's for an empty call)
+
+  at::TensorList list(const char* name) const;
+  std::optional<at::TensorList> optional_list(const char* name) const;
+  const at::Tensor& tensor(const char* name) const;
+  std::optional<at::Tensor> optional_tensor(const char* name) const;
+  const float* scalar(const char* name) const { return tensor(name).data_ptr<float>(); }
+  double real(const char* name) const;
+  bool flag(const char* name) const;
+  int64_t integer(const char* name) const;
+  const std::vector<double>& reals(const char* name) const;
+  const std::vector<bool>& flags(const char* name) const;
+
+  // Replaces the arguments on `stack` by the op's result (a reduce op's reductions).
+  void finish(torch::jit::Stack* stack, std::optional<at::Tensor> result) const;
 
  private:
-  const char* op_;
+  size_t index(const char* name) const;
+  const c10::IValue& value(const char* name) const { return values_[index(name)]; }
+
+  std::string name_;
+  const c10::FunctionSchema* schema_;
+  const Contract* contract_;
+  Phase phase_;
+  std::vector<c10::IValue> values_;
+  std::vector<std::vector<at::Tensor>> lists_;  // per argument: its tensors, if a (present) tensor list
+  std::vector<std::vector<double>> reals_;
+  std::vector<std::vector<bool>> flags_;
 };
 
-// `reductions` of an apply op: float32 [n, k] on `device` (checked after the op's other arguments).
-void check_reductions(const char* op, const at::Tensor& reductions, int64_t n, int64_t k, const at::Device& device);
+// Every check of an op call on `device`, in the order above; returns the state
+// lists (in contract order), then the master params if given, as the rows take them.
+std::vector<StateList> check_call(const OpArgs& a, const at::Device& device);
 
-// A checked call: the state lists (then master params) and the kernels' hyper-parameters.
-template <typename Hyper>
-struct Checked {
-  std::vector<StateList> lists;
-  Hyper hyper;
-};
+// The boxed kernel of a family's ops over its call class `Call`: Call(const OpArgs&)
+// checks everything; step() runs the one-call op and, for a two-phase family,
+// reduce() -> reductions and apply(reductions) its phases.
+template <typename C, typename = void>
+struct HasPhases : std::false_type {};
+template <typename C>
+struct HasPhases<C, std::void_t<decltype(std::declval<C&>().reduce())>> : std::true_type {};
 
-// The C++ parameter lists of the ops (one-call, reduce and apply share them; an
-// apply op takes `const at::Tensor& reductions` between <OP>_LISTS and
-// <OP>_HYPERS, as its schema does), and the matching argument lists.
-#define LAMB_LISTS                                                                                        \
-  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,      \
-      at::TensorList steps
-#define LAMB_HYPERS                                                                                       \
-  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
-      bool bias_correction, bool grad_averaging, bool always_adapt, bool trust_clip, double max_grad_norm,     \
-      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
-      std::optional<at::TensorList> master_params
-#define LAMB_ARGS                                                                                          \
-  params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1_t, beta2_t, eps, weight_decay, bias_correction,   \
-      grad_averaging, always_adapt, trust_clip, max_grad_norm, grad_scale, found_inf, master_params
-#define LAMB16_LISTS                                                                                        \
-  at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,        \
-      at::TensorList exp_avg_scales, at::TensorList exp_avg_sq_scales, at::TensorList steps
-#define LAMB16_HYPERS                                                                                       \
-  const at::Tensor &lr, const at::Tensor &beta1_t, const at::Tensor &beta2_t, double eps, double weight_decay, \
-      double trust_scale, bool stochastic_rounding, int64_t seed, const std::optional<at::Tensor>&grad_scale,    \
-      const std::optional<at::Tensor>&found_inf, std::optional<at::TensorList> master_params
-#define LAMB16_ARGS                                                                                          \
-  params, grads, exp_avgs, exp_avg_sqs, exp_avg_scales, exp_avg_sq_scales, steps, lr, beta1_t, beta2_t, eps, \
-      weight_decay, trust_scale, stochastic_rounding, seed, grad_scale, found_inf, master_params
-#define LARS_LISTS at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers
-#define LARS_HYPERS                                                                                           \
-  const at::Tensor &lr, const at::Tensor &momentum_t, double lars_coeff, double eps, double rescale_grad,     \
-      c10::ArrayRef<double> weight_decay, const c10::List<bool>&layer_adaptation,                              \
-      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,                  \
-      std::optional<at::TensorList> master_params
-#define LARS_ARGS                                                                                              \
-  params, grads, momentum_buffers, lr, momentum_t, lars_coeff, eps, rescale_grad, weight_decay, layer_adaptation, \
-      grad_scale, found_inf, master_params
-#define ADAGRAD_LISTS at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList steps
-#define ADAGRAD_HYPERS                                                                                      \
-  const at::Tensor &lr, double lr_decay, double weight_decay, double eps, bool maximize,                   \
-      const std::optional<at::Tensor>&grad_scale, const std::optional<at::Tensor>&found_inf,               \
-      std::optional<at::TensorList> master_params
-#define ADAGRAD_ARGS \
-  params, grads, state_sums, steps, lr, lr_decay, weight_decay, eps, maximize, grad_scale, found_inf, master_params
+template <typename Call>
+void run_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpArgs a(op, *stack);
+  std::optional<at::Tensor> out;
+  if constexpr (HasPhases<Call>::value) {
+    switch (a.phase()) {
+      case Phase::Step: Call(a).step(); break;
+      case Phase::Reduce: out = Call(a).reduce(); break;
+      case Phase::Apply: Call(a).apply(a.tensor("reductions")); break;
+    }
+  } else {
+    Call(a).step();
+  }
+  a.finish(stack, std::move(out));
+}
 
-Checked<lamb::Hyper> check_lamb(const char* op, const at::Device& device, LAMB_LISTS, LAMB_HYPERS);
-Checked<lamb16::Hyper> check_lamb16(const char* op, const at::Device& device, LAMB16_LISTS, LAMB16_HYPERS);
-Checked<lars::Hyper> check_lars(const char* op, const at::Device& device, LARS_LISTS, LARS_HYPERS);
-Checked<adagrad::Hyper> check_adagrad(const char* op, const at::Device& device, ADAGRAD_LISTS, ADAGRAD_HYPERS);
-
-// LARS's per-param options of index i (weight_decay: one value for all or one per
-// param; layer_adaptation: none (all on), one for all or one per param).
-lars::Options lars_options(c10::ArrayRef<double> weight_decay, const c10::List<bool>& layer_adaptation, size_t i);
-
-// The entry points of an op on one device over its call class `Call`
-// (Call(op, <args>) checks everything; reduce() -> reductions; apply(reductions);
-// step(), the one-call op, which gives the phases' bits). INDUCTOR_LAMB_PHASE_IMPLS
-// registers them.
-#define INDUCTOR_LAMB_PHASE_ENTRIES(Call, fn, P, step_op, reduce_op, apply_op)                         \
-  void fn##_step(P##_LISTS, P##_HYPERS) {                                                               \
-    Call(step_op, P##_ARGS).step();                                                                     \
-  }                                                                                                     \
-  at::Tensor fn##_reduce(P##_LISTS, P##_HYPERS) { return Call(reduce_op, P##_ARGS).reduce(); }         \
-  void fn##_apply(P##_LISTS, const at::Tensor& reductions, P##_HYPERS) { Call(apply_op, P##_ARGS).apply(reductions); }
-#define INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op) \
-  m.impl(step_op, &fn##_step);                                         \
-  m.impl(reduce_op, &fn##_reduce);                                     \
-  m.impl(apply_op, &fn##_apply)
+template <typename Call>
+void register_family(torch::Library& m, const char* step_op) {
+  const Contract& c = contract_of(step_op);
+  for (const char* op : {c.step, c.reduce, c.apply})
+    if (op != nullptr) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&run_boxed<Call>>());
+}
 
 }  // namespace inductor_lamb

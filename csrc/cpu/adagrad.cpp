@@ -11,23 +11,27 @@ INDUCTOR_LAMB_DECLARE_KERNELS(AdagradKernels, adagrad_kernels)
 
 namespace {
 
-void adagrad_step_cpu(ADAGRAD_LISTS, ADAGRAD_HYPERS) {
-  CpuCall<adagrad::Hyper> c("adagrad_step_", check_adagrad("adagrad_step_", at::kCPU, ADAGRAD_ARGS), params, grads, 1,
-                            master_params.has_value(), lr, grad_scale, found_inf);
-  if (c.skip) return;
-  const double lr_value = c.lr();
-  const auto t = increment_steps(steps);
-  std::vector<float> clr(c.n);
-  for (size_t i = 0; i < c.n; ++i) clr[i] = adagrad::clr(lr_value, t[i], c.hyper.lr_decay);
-  const AdagradArgs args{c.tensors.data(), clr.data(), c.chunk_span(), c.hyper,
-                         adagrad::grad_mul(c.hyper, c.inv_grad_scale())};
-  INDUCTOR_LAMB_KERNELS(adagrad_kernels).update(args);
-  c.commit();
-}
+struct AdagradStep {
+  explicit AdagradStep(const OpArgs& a) : c(a, 1, &adagrad::hyper_of<OpArgs>), steps(a.list("steps")) {}
+
+  void step() {
+    if (c.skip) return;
+    const double lr_value = c.lr();
+    const auto t = increment_steps(steps);
+    std::vector<float> clr(c.n);
+    for (size_t i = 0; i < c.n; ++i) clr[i] = adagrad::clr(lr_value, t[i], c.hyper.lr_decay);
+    const AdagradArgs args{c.tensors.data(), clr.data(), c.chunk_span(), c.hyper,
+                           adagrad::grad_mul(c.hyper, c.inv_grad_scale())};
+    INDUCTOR_LAMB_KERNELS(adagrad_kernels).update(args);
+    c.commit();
+  }
+
+  CpuCall<adagrad::Hyper> c;
+  at::TensorList steps;
+};
+
+INDUCTOR_LAMB_CPU_OPS(AdagradStep, "adagrad_step_")
 
 }  // namespace
-
-TORCH_LIBRARY_IMPL(lamb, CPU, m) { m.impl("adagrad_step_", &adagrad_step_cpu); }
-TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { m.impl("adagrad_step_", &adagrad_step_cpu); }
 
 }  // namespace inductor_lamb::cpu

@@ -107,22 +107,23 @@ bool found_inf_set(const std::optional<at::Tensor>& found_inf);
 // ---- one op call ----------------------------------------------------------------
 
 // What every CPU op call does around its kernels once its arguments are checked
-// (check_<op> in common/op_args.h): layouts (TensorRows), the tensor table and
+// (check_call, common/op_args.h): layouts (TensorRows), the tensor table and
 // chunks, found_inf (skip the whole step, like torch's fused optimizers under
 // GradScaler), the reductions a reduce phase returns and an apply phase reads.
 template <typename Hyper>
 struct CpuCall {
-  CpuCall(const char* op_, Checked<Hyper> checked, at::TensorList params, at::TensorList grads, int num_states,
-          bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
-          const std::optional<at::Tensor>& found_inf)
-      : op(op_), hyper(checked.hyper), skip(found_inf_set(found_inf)), rows(params, grads, checked.lists),
-        n(params.size()), lr_t(lr), grad_scale_t(grad_scale), master(has_master ? num_states : -1), tensors(n),
+  // `num_states` state lists come first in the checked lists, then the master params if given.
+  CpuCall(const OpArgs& a, int num_states, Hyper (*hyper_of)(const OpArgs&))
+      : op(a.op()), rows(a.list("params"), a.list("grads"), check_call(a, at::kCPU)), hyper(hyper_of(a)),
+        skip(found_inf_set(a.optional_tensor("found_inf"))), n(a.size()), lr_t(a.tensor("lr")),
+        grad_scale_t(a.optional_tensor("grad_scale")),
+        master(a.optional_list("master_params").has_value() ? num_states : -1), tensors(n),
         chunks(make_chunks(rows.numels())) {
     for (size_t i = 0; i < n; ++i) {
       TensorPtrs& t = tensors[i];
       t = TensorPtrs{rows.param(i), rows.grad(i), {nullptr, nullptr}, nullptr, rows.dtypes()[i]};
       for (int k = 0; k < num_states; ++k) t.state[k] = rows.state(i, k);
-      if (has_master) t.master = rows.floats(i, num_states);
+      if (master >= 0) t.master = rows.floats(i, num_states);
     }
   }
 
@@ -136,19 +137,16 @@ struct CpuCall {
   at::Tensor reductions_out(const std::vector<double>& values, int64_t k) const {
     return skip ? at::zeros({int64_t(n), k}, at::kFloat) : reductions_tensor(values, n, k, at::kCPU);
   }
-  // An apply phase's input, checked last (like spec.py's checks).
-  std::vector<double> reductions_in(const at::Tensor& reductions, int64_t k) const {
-    check_reductions(op, reductions, n, k, at::kCPU);
-    return read_reductions(reductions);
-  }
+  // An apply phase's input (check_call checked it).
+  std::vector<double> reductions_in(const at::Tensor& reductions) const { return read_reductions(reductions); }
   // Writes back what a phase wrote (see TensorRows::commit); master params go with params.
   void commit(bool params, unsigned states) { rows.commit(params, states, master); }
   void commit() { rows.commit(); }
 
   const char* op;
+  TensorRows rows;
   const Hyper hyper;
   const bool skip;
-  TensorRows rows;
   const size_t n;
   at::Tensor lr_t;
   std::optional<at::Tensor> grad_scale_t;
@@ -181,7 +179,7 @@ class TwoPhaseStep {
   }
 
   void apply(const at::Tensor& reductions) {
-    const std::vector<double> r = c_.reductions_in(reductions, k_);
+    const std::vector<double> r = c_.reductions_in(reductions);
     if (c_.skip) return;
     self().begin(false, true);
     self().apply_block(c_.whole(), r.data());
@@ -217,11 +215,10 @@ class TwoPhaseStep {
   const int64_t k_, pass1_bytes_;
 };
 
-// The CPU entry points and registrations (CPU, and SparseCPU so that a sparse
-// grad reaches the checks that name it) of a two-phase op over its call class.
-#define INDUCTOR_LAMB_CPU_PHASE_OPS(Call, fn, P, step_op, reduce_op, apply_op)                               \
-  INDUCTOR_LAMB_PHASE_ENTRIES(Call, fn, P, step_op, reduce_op, apply_op)                                     \
-  TORCH_LIBRARY_IMPL(lamb, CPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }     \
-  TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { INDUCTOR_LAMB_PHASE_IMPLS(m, fn, step_op, reduce_op, apply_op); }
+// The CPU registrations of a family's ops over its call class (CPU, and SparseCPU
+// so that a sparse grad reaches the check that names it).
+#define INDUCTOR_LAMB_CPU_OPS(Call, step_op)                                                   \
+  TORCH_LIBRARY_IMPL(lamb, CPU, m) { register_family<Call>(m, step_op); }                     \
+  TORCH_LIBRARY_IMPL(lamb, SparseCPU, m) { register_family<Call>(m, step_op); }
 
 }  // namespace inductor_lamb::cpu

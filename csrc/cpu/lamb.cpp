@@ -15,11 +15,9 @@ namespace {
 
 class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
  public:
-  LambStep(const char* op, LAMB_LISTS, LAMB_HYPERS)
-      : TwoPhaseStep({op, check_lamb(op, at::kCPU, LAMB_ARGS), params, grads, 2, master_params.has_value(), lr,
-                      grad_scale, found_inf},
-                     lamb::kReductions, 16),
-        steps_(steps),
+  explicit LambStep(const OpArgs& a)
+      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16),
+        steps_(a.list("steps")),
         coeffs_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, nullptr} {}
 
@@ -69,7 +67,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
   double lr_ = 0.0;
 };
 
-INDUCTOR_LAMB_CPU_PHASE_OPS(LambStep, lamb_cpu, LAMB, "lamb_step_", "lamb_reduce_", "lamb_apply_")
+INDUCTOR_LAMB_CPU_OPS(LambStep, "lamb_step_")
 
 }  // namespace
 

@@ -15,13 +15,11 @@ namespace {
 
 class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
  public:
-  Lamb16Step(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
-      : TwoPhaseStep({op, check_lamb16(op, at::kCPU, LAMB16_ARGS), params, grads, 2, master_params.has_value(), lr,
-                      grad_scale, found_inf},
-                     lamb16::kReductions, 10),
-        steps_(steps),
-        m_scales_(exp_avg_scales),
-        v_scales_(exp_avg_sq_scales),
+  explicit Lamb16Step(const OpArgs& a)
+      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10),
+        steps_(a.list("steps")),
+        m_scales_(a.list("exp_avg_scales")),
+        v_scales_(a.list("exp_avg_sq_scales")),
         coeffs_(c_.n),
         new_m_scales_(c_.n),
         new_v_scales_(c_.n),
@@ -89,7 +87,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
   double lr_ = 0.0;
 };
 
-INDUCTOR_LAMB_CPU_PHASE_OPS(Lamb16Step, lamb16_cpu, LAMB16, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_")
+INDUCTOR_LAMB_CPU_OPS(Lamb16Step, "lamb16_step_")
 
 }  // namespace
 

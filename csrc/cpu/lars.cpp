@@ -15,12 +15,9 @@ namespace {
 
 class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
  public:
-  LarsStep(const char* op, LARS_LISTS, LARS_HYPERS)
-      : TwoPhaseStep({op, check_lars(op, at::kCPU, LARS_ARGS), params, grads, 1, master_params.has_value(), lr,
-                      grad_scale, found_inf},
-                     lars::kReductions, 8),
-        weight_decay_(weight_decay),
-        layer_adaptation_(layer_adaptation),
+  explicit LarsStep(const OpArgs& a)
+      : TwoPhaseStep({a, 1, &lars::hyper_of<OpArgs>}, lars::kReductions, 8),
+        a_(a),
         grad_mul_(lars::grad_mul(c_.hyper, c_.inv_grad_scale())),
         coeffs_(c_.n),
         p_ptrs_(c_.n),
@@ -48,7 +45,7 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
   // Local learning rates from the reductions, then one update pass.
   void apply_block(const Block& b, const double* sq) {
     for (int64_t i = b.t0; i < b.t1; ++i) {
-      const lars::Options o = lars_options(weight_decay_, layer_adaptation_, i);
+      const lars::Options o = lars::options_of(a_, i);
       const double* s = sq + lars::kReductions * (i - b.t0);
       coeffs_[i] = {lars::local_lr(c_.hyper, o, lr_, s[0], s[1]), float(o.weight_decay)};
     }
@@ -71,8 +68,7 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
     return out;
   }
 
-  c10::ArrayRef<double> weight_decay_;
-  c10::List<bool> layer_adaptation_;
+  const OpArgs& a_;
   float grad_mul_;
   std::vector<LarsCoeffs> coeffs_;
   std::vector<const void*> p_ptrs_, g_ptrs_;
@@ -80,7 +76,7 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
   double lr_ = 0.0;
 };
 
-INDUCTOR_LAMB_CPU_PHASE_OPS(LarsStep, lars_cpu, LARS, "lars_step_", "lars_reduce", "lars_apply_")
+INDUCTOR_LAMB_CPU_OPS(LarsStep, "lars_step_")
 
 }  // namespace
 

@@ -116,14 +116,10 @@ void check_launch(int err, const char* op) {
   TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-// Where the op runs: the params' device (the lr's for an empty call), as spec.py's checks say.
-at::Device device_of(at::TensorList params, const at::Tensor& lr) { return params.empty() ? lr.device() : params[0].device(); }
-
-// Everything an op does once its arguments are checked (check_<op>, which also
-// gives the Hyper the launchers take): device guard, layouts (TensorRows), the
-// tensor table, workspace, launches and write-back. `num_states` state lists
-// come first in the checked lists, then the master params when `has_master`;
-// fill(i, meta) adds the op's own per-tensor pointers and options.
+// Everything an op does once its arguments are checked (check_call): device
+// guard, layouts (TensorRows), the Hyper the launchers take, the tensor table,
+// workspace, launches and write-back; fill(i, meta) adds the op's own per-tensor
+// pointers and options.
 template <typename Hyper>
 class CudaCall {
  public:
@@ -136,12 +132,13 @@ class CudaCall {
     unsigned reduce_writes, apply_writes;
   };
 
+  // `num_states` state lists come first in the checked lists, then the master params if given.
   template <typename Fill>
-  CudaCall(const char* op, Checked<Hyper> checked, at::TensorList params, at::TensorList grads, int num_states,
-           bool has_master, const at::Tensor& lr, const std::optional<at::Tensor>& grad_scale,
-           const std::optional<at::Tensor>& found_inf, const Fill& fill, Phases phases = {})
-      : op_(op), hyper_(checked.hyper), device_(device_of(params, lr)), guard_(device_),
-        rows_(params, grads, checked.lists), master_(has_master ? num_states : -1), phases_(phases) {
+  CudaCall(const OpArgs& a, int num_states, Hyper (*hyper_of)(const OpArgs&), const Fill& fill, Phases phases = {})
+      : op_(a.op()), device_(a.device()), guard_(device_), rows_(a.list("params"), a.list("grads"), check_call(a, device_)),
+        hyper_(hyper_of(a)), master_(a.optional_list("master_params").has_value() ? num_states : -1), phases_(phases) {
+    const at::TensorList params = a.list("params");
+    const bool has_master = master_ >= 0;
     if (params.empty()) return;
     std::vector<TensorMeta> tensors(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -155,7 +152,7 @@ class CudaCall {
       t.dtype = rows_.dtypes()[i];
       fill(i, t);
     }
-    prepared_ = prepare(tensors, device_, lr, grad_scale, found_inf, op);
+    prepared_ = prepare(tensors, device_, a.tensor("lr"), a.optional_tensor("grad_scale"), a.optional_tensor("found_inf"), op_);
   }
 
   // Pass 1: the reductions (zeros, what a skipped step returns, written by the launches).
@@ -166,9 +163,8 @@ class CudaCall {
     rows_.commit(false, phases_.reduce_writes, master_);
     return r;
   }
-  // Pass 2 from the reductions (checked last, like spec.py's checks).
+  // Pass 2 from the reductions (check_call checked them).
   void apply(const at::Tensor& reductions) {
-    check_reductions(op_, reductions, static_cast<int64_t>(rows_.size()), phases_.k, device_);
     const at::Tensor r = reductions.contiguous();
     prepared_.launch.reductions = r.data_ptr<float>();
     run(phases_.apply);
@@ -188,10 +184,10 @@ class CudaCall {
   }
 
   const char* op_;
-  Hyper hyper_;
   at::Device device_;
   c10::cuda::CUDAGuard guard_;
   TensorRows rows_;
+  Hyper hyper_;
   int master_;
   Phases phases_;
   PreparedLaunch prepared_{};
@@ -200,54 +196,47 @@ class CudaCall {
 // ---- the ops ---------------------------------------------------------------------------
 // Each layer-wise op comes as one call and as its two phases (the same launches:
 // the one-call op is reduce then apply, bit for bit). A call class is its
-// CudaCall with the op's checks, per-tensor table entries and phases.
+// CudaCall with the op's per-tensor table entries and phases.
 
 struct LambCall : CudaCall<lamb::Hyper> {
-  LambCall(const char* op, LAMB_LISTS, LAMB_HYPERS)
-      : CudaCall(op, check_lamb(op, device_of(params, lr), LAMB_ARGS), params, grads, 2, master_params.has_value(),
-                 lr, grad_scale, found_inf, [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
+  explicit LambCall(const OpArgs& a)
+      : CudaCall(a, 2, &lamb::hyper_of<OpArgs>,
+                 [steps = a.list("steps")](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
                  {inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply, lamb::kReductions, 0b11u, 0u}) {}
 };
 
 struct Lamb16Call : CudaCall<lamb16::Hyper> {
-  Lamb16Call(const char* op, LAMB16_LISTS, LAMB16_HYPERS)
-      : CudaCall(op, check_lamb16(op, device_of(params, lr), LAMB16_ARGS), params, grads, 2,
-                 master_params.has_value(), lr, grad_scale, found_inf,
-                 [&](size_t i, TensorMeta& t) {
-                   t.step = steps[i].data_ptr<float>();
-                   t.scalar[0] = exp_avg_scales[i].data_ptr<float>();
-                   t.scalar[1] = exp_avg_sq_scales[i].data_ptr<float>();
+  explicit Lamb16Call(const OpArgs& a)
+      : CudaCall(a, 2, &lamb16::hyper_of<OpArgs>,
+                 [&a](size_t i, TensorMeta& t) {
+                   t.step = a.list("steps")[i].data_ptr<float>();
+                   t.scalar[0] = a.list("exp_avg_scales")[i].data_ptr<float>();
+                   t.scalar[1] = a.list("exp_avg_sq_scales")[i].data_ptr<float>();
                  },
                  // reduce writes only the steps (never copied); apply the params, m8, v8 and scales
                  {inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, lamb16::kReductions, 0u, 0b11u}) {}
 };
 
 struct LarsCall : CudaCall<lars::Hyper> {
-  LarsCall(const char* op, LARS_LISTS, LARS_HYPERS)
-      : CudaCall(op, check_lars(op, device_of(params, lr), LARS_ARGS), params, grads, 1, master_params.has_value(),
-                 lr, grad_scale, found_inf,
-                 [&](size_t i, TensorMeta& t) { t.options = lars_options(weight_decay, layer_adaptation, i); },
+  explicit LarsCall(const OpArgs& a)
+      : CudaCall(a, 1, &lars::hyper_of<OpArgs>, [&a](size_t i, TensorMeta& t) { t.options = lars::options_of(a, i); },
                  {inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply, lars::kReductions, 0u, 0b1u}) {}
 };
 
-INDUCTOR_LAMB_PHASE_ENTRIES(LambCall, lamb_cuda, LAMB, "lamb_step_", "lamb_reduce_", "lamb_apply_")
-INDUCTOR_LAMB_PHASE_ENTRIES(Lamb16Call, lamb16_cuda, LAMB16, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_")
-INDUCTOR_LAMB_PHASE_ENTRIES(LarsCall, lars_cuda, LARS, "lars_step_", "lars_reduce", "lars_apply_")
-
-void adagrad_step_cuda(ADAGRAD_LISTS, ADAGRAD_HYPERS) {
-  CudaCall<adagrad::Hyper>("adagrad_step_", check_adagrad("adagrad_step_", device_of(params, lr), ADAGRAD_ARGS), params,
-                           grads, 1, master_params.has_value(), lr, grad_scale, found_inf,
-                           [&](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); })
-      .step(inductor_lamb_cuda_adagrad_step);
-}
+struct AdagradCall : CudaCall<adagrad::Hyper> {
+  explicit AdagradCall(const OpArgs& a)
+      : CudaCall(a, 1, &adagrad::hyper_of<OpArgs>,
+                 [steps = a.list("steps")](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); }) {}
+  void step() { CudaCall::step(inductor_lamb_cuda_adagrad_step); }
+};
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
-  INDUCTOR_LAMB_PHASE_IMPLS(m, lamb_cuda, "lamb_step_", "lamb_reduce_", "lamb_apply_");
-  INDUCTOR_LAMB_PHASE_IMPLS(m, lamb16_cuda, "lamb16_step_", "lamb16_reduce_", "lamb16_apply_");
-  INDUCTOR_LAMB_PHASE_IMPLS(m, lars_cuda, "lars_step_", "lars_reduce", "lars_apply_");
-  m.impl("adagrad_step_", &adagrad_step_cuda);
+  register_family<LambCall>(m, "lamb_step_");
+  register_family<Lamb16Call>(m, "lamb16_step_");
+  register_family<LarsCall>(m, "lars_step_");
+  register_family<AdagradCall>(m, "adagrad_step_");
 }
 
 }  // namespace inductor_lamb::cuda

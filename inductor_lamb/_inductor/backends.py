@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ..rounding import TensorOps
+
 aten = torch.ops.aten
 
 
@@ -67,7 +69,7 @@ class Backend:
     def elementwise(self, fn: Callable[..., Any], inputs: list[Any], dtype: torch.dtype) -> Any:
         """``fn(o, *values)`` per element over ``inputs`` (lists zipped, others
         broadcast; a 0-d input broadcasts to every element), ``o`` the operations
-        namespace of this backend (``_TorchOps``, ``_IROps``): integer math for LAMB16's
+        namespace of this backend (``rounding.TensorOps``, ``_IROps``): integer math for LAMB16's
         stochastic rounding (inductor_lamb/rounding.py), written once per element."""
         return _zip_map(lambda *xs: self._elementwise(fn, list(xs), dtype), *inputs)
 
@@ -308,7 +310,7 @@ class TorchBackend(Backend):
         return torch.where((a > 0) & (b > 0), then, otherwise)
 
     def _elementwise(self, fn, inputs, dtype):
-        return fn(_TorchOps, *inputs).to(dtype)
+        return fn(TensorOps, *inputs).to(dtype)
 
     def pack(self, columns, like, k):
         if not columns or not columns[0]:
@@ -326,29 +328,6 @@ class TorchBackend(Backend):
             src = [torch.where(skip, d, s.to(d.dtype)) if d.dtype.itemsize > 1 else torch.where(skip, d.float(), s.float())
                    for d, s in zip(dst, src)]
         torch._foreach_copy_(dst, src)
-
-
-class _TorchOps:
-    """Per-element operations on tensors (int64 holding uint32; see inductor_lamb/rounding.py)."""
-
-    @staticmethod
-    def bits(x): return x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    @staticmethod
-    def from_bits(a): return (a - ((a >> 31) << 32)).to(torch.int32).view(torch.float32)
-    @staticmethod
-    def code(x, dtype): return x.view(torch.uint8).to(torch.int64)
-    @staticmethod
-    def to_int(x): return x.to(torch.int64)
-    @staticmethod
-    def to_float(x): return x.to(torch.float32)
-    @staticmethod
-    def umul(a, c): return (a * c) & 0xFFFFFFFF
-    @staticmethod
-    def shl(a, k): return (a << k) & 0xFFFFFFFF
-    xor, band, bor = staticmethod(lambda a, b: a ^ b), staticmethod(lambda a, b: a & b), staticmethod(lambda a, b: a | b)
-    shr, add, sub = staticmethod(lambda a, k: a >> k), staticmethod(lambda a, b: a + b), staticmethod(lambda a, b: a - b)
-    mul, less_than = staticmethod(lambda a, b: a * b), staticmethod(lambda a, c: a < c)
-    where = staticmethod(torch.where)
 
 
 class _IROps:

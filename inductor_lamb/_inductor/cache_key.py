@@ -17,16 +17,10 @@ from pathlib import Path
 
 import torch
 
-from ..spec import SPECS
+from collections.abc import Callable
 
 # Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
 LOWERING_VERSION = "7"
-
-
-def _paths() -> str:
-    from .paths import compile_path
-
-    return ",".join(f"{name}={compile_path(name)}" for name in SPECS)
 
 
 try:
@@ -43,7 +37,7 @@ class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
         return None
 
     def uuid(self) -> str:
-        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_paths()}"
+        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_active_paths()}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,9 +52,13 @@ def _sources_hash() -> str:
 
 
 _CACHE_KEY_PASS = CacheKeyPass()
+_active_paths: Callable[[], str] = lambda: ""  # every op's active path (install() is given it)
 
 
-def install() -> None:
+def install(paths: Callable[[], str]) -> None:
+    """Chains the pass into Inductor's config; ``paths()`` gives every op's active path."""
+    global _active_paths
+    _active_paths = paths
     if _PassBase is object:
         return
     from torch._inductor import config

@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from ..reference import FP8_MAX
-from ..rounding import element_hash, stochastic_round, tensor_key
+from ..rounding import FP8_MAX, element_hash, stochastic_round, tensor_key
 from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
 
 _FLT_MIN = torch.finfo(torch.float32).tiny

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..spec import _LISTS, SPECS, OpSpec, Role, check
+from ..spec import LISTS, SPECS, OpSpec, Role
 from . import cache_key
 
 __all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
@@ -22,6 +22,7 @@ OPS = tuple(SPECS)
 
 # Per op name: its active path, its lowered OpOverload, its decomposition's Library.
 _state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 
 
 def _step_functions() -> dict[str, Callable[..., Any]]:
@@ -58,6 +59,11 @@ def compile_path(op: str | None = None) -> str:
     return paths.pop() if len(paths) == 1 else "mixed"
 
 
+def _paths_text() -> str:
+    """Every op's active path, for the FX graph cache key."""
+    return ",".join(f"{name}={compile_path(name)}" for name in OPS)
+
+
 def _check_op(op: str) -> str:
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
@@ -83,7 +89,7 @@ def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
     graph produces what the step reads and generated loops would fuse with
     nothing. One call to the C++ engine then does the same work faster and
     compiles in a fraction of the time (RESULTS.md)."""
-    return all(_graph_input(t) for x in spec.args if x.role in _LISTS and bound[x.name] is not None
+    return all(_graph_input(t) for x in spec.args if x.role in LISTS and bound[x.name] is not None
                for t in bound[x.name])
 
 
@@ -122,8 +128,10 @@ def _install_decomposition(name: str) -> None:
     spec, step = SPECS[name], _step_functions()[name]
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
+        # The checks of the op's Meta kernel (its fake implementation, which tracing
+        # skips for the decomposition): the same C++ checks, on any device.
+        spec.op.redispatch(_META, *args, **kwargs)
         a = spec.bind(args, kwargs)
-        check(spec, a)  # the fake's checks: tracing applies the decomposition instead of it
         B = TorchBackend()
         B.found_inf = a["found_inf"]
         return step(B, SimpleNamespace(**a))
@@ -185,7 +193,7 @@ def set_compile_path(path: str = "auto", *, ops: str | list[str] | tuple[str, ..
             RuntimeWarning,
             stacklevel=2,
         )
-    cache_key.install()
+    cache_key.install(_paths_text)
     active = {compile_path(name) for name in names}
     return active.pop() if len(active) == 1 else "mixed"
 
