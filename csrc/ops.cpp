@@ -5,8 +5,10 @@
 // against the schema (common/op_args.h), and inductor_lamb/spec.py reads names,
 // types, defaults and aliasing from the registered schema and the rest from
 // lamb::_contract. Kernels register per backend (csrc/cpu/<opt>.cpp,
-// csrc/cuda/ops_cuda.cpp); the Meta kernels below are every op's fake
-// implementation: the kernels' own checks, then the output's shape.
+// csrc/cuda/ops_cuda.cpp). Every op's checks alone (the kernels' own, then the
+// output's shape) are registered below for a dispatch key no tensor has
+// (PrivateUse3): the fake implementations (inductor_lamb/ops.py) redispatch to
+// them, so every compile path runs the kernels' checks at trace time.
 #include <Python.h>
 #include <torch/library.h>
 
@@ -72,8 +74,8 @@ std::string contract_text(const std::string& op) {
          ";signed=" + names(c.signed_floats, [](const char* s) { return std::string(s); });
 }
 
-// The fake implementation of every op: the checks, then a reduce op's [n, k] output.
-void meta_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// Every op's checks, then a reduce op's [n, k] output (empty): what its fake implementation runs.
+void check_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpArgs a(op, *stack);
   check_call(a, a.device());
   std::optional<at::Tensor> out;
@@ -173,8 +175,8 @@ TORCH_LIBRARY(lamb, m) {
   m.def("_max_cpu_capability() -> int", &inductor_lamb::max_cpu_capability);
 }
 
-TORCH_LIBRARY_IMPL(lamb, Meta, m) {
+TORCH_LIBRARY_IMPL(lamb, PrivateUse3, m) {
   for (const auto& c : inductor_lamb::contracts())
     for (const char* op : {c.step, c.reduce, c.apply})
-      if (op != nullptr) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inductor_lamb::meta_kernel>());
+      if (op != nullptr) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inductor_lamb::check_kernel>());
 }

@@ -6,21 +6,24 @@ keyword (``lamb_step_(params, grads, m, v, steps, lr=lr, beta1=0.9)``); Python
 floats of scheduled hyper-parameters (``lr``, ``beta1``, ``beta2``,
 ``momentum``) become 0-d float32 tensors on the params' device.
 
-The ops' fake implementations are their C++ Meta kernels (``csrc/ops.cpp``),
-which run the kernels' own argument checks: every compile path rejects a bad
-call at trace time with the eager error, before any tensor is touched. Step and
+The ops' fake implementations run the kernels' own argument checks, in C++
+(:func:`run_checks`): every compile path rejects a bad call at trace time with
+the eager error, before any tensor is touched. Step and
 apply ops update lists in place and return nothing; a reduce op returns its
 float32 ``[len(params), k]`` reductions (two-phase protocol: :mod:`inductor_lamb.spec`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 from torch import Tensor
 
 from .spec import SPECS
 
 __all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "lamb_reduce_", "lamb_apply_",
-           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_", "clip_factor"]
+           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_", "clip_factor", "run_checks"]
 
 lamb_step_ = SPECS["lamb_step_"].wrapper()
 lamb16_step_ = SPECS["lamb16_step_"].wrapper()
@@ -48,3 +51,27 @@ def clip_factor(grad_sumsq: Tensor, max_grad_norm: float, grad_scale: Tensor | N
     if grad_scale is not None:
         norm = norm / grad_scale.to(norm.device).double().reshape(())
     return (norm / max_grad_norm).clamp(min=1.0).float()
+
+
+# The C++ checks of every op, alone (csrc/ops.cpp): a kernel registered for a
+# dispatch key no tensor has, reached only by redispatching to it.
+_CHECKS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse3)
+
+
+def run_checks(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Tensor | None:
+    """Runs op ``op``'s argument checks, the kernels' own, on any tensors (fake
+    ones included; nothing is read or written) and raises their error for a bad
+    call; returns what the op would (a reduce op: an empty [n, k] tensor)."""
+    return op.redispatch(_CHECKS, *args, **kwargs)
+
+
+def _register_fakes() -> None:
+    for name, spec in SPECS.items():
+
+        def fake(*args: Any, _op: torch._ops.OpOverload = spec.op, **kwargs: Any) -> Tensor | None:
+            return run_checks(_op, *args, **kwargs)
+
+        torch.library.register_fake(f"lamb::{name}")(fake)
+
+
+_register_fakes()

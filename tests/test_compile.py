@@ -251,7 +251,7 @@ def test_compiled_model_and_compiled_opt_step(opt_name, path):
 @pytest.mark.parametrize("opt_name", ["Lamb", "Lars"])
 def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     """``torch.compile(opt.step)`` takes its buckets from ``_init_group``, which dynamo
-    runs eagerly (``_buckets`` is never traced), and the guards dynamo installs for
+    runs eagerly (``_buckets``, which it calls, is never traced), and the guards dynamo installs for
     it recompile when the layout changes (a param losing its grad). Results match
     the eager step throughout."""
     cls, kw = STEP_OPTIMIZERS[opt_name]
@@ -262,7 +262,8 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     real = opts[1]._buckets
 
     def counted(*args):
-        calls["traced"] += 1
+        if torch.compiler.is_compiling():  # (True only where dynamo traces this code)
+            calls["traced"] += 1
         return real(*args)
 
     monkeypatch.setattr(opts[1], "_buckets", counted)

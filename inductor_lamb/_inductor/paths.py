@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..ops import run_checks
 from ..spec import LISTS, SPECS, OpSpec, Role
 from . import cache_key
 
@@ -22,7 +23,6 @@ OPS = tuple(SPECS)
 
 # Per op name: its active path, its lowered OpOverload, its decomposition's Library.
 _state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
-_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 
 
 def _step_functions() -> dict[str, Callable[..., Any]]:
@@ -128,9 +128,7 @@ def _install_decomposition(name: str) -> None:
     spec, step = SPECS[name], _step_functions()[name]
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        # The checks of the op's Meta kernel (its fake implementation, which tracing
-        # skips for the decomposition): the same C++ checks, on any device.
-        spec.op.redispatch(_META, *args, **kwargs)
+        run_checks(spec.op, *args, **kwargs)  # (tracing runs the decomposition instead of the fake)
         a = spec.bind(args, kwargs)
         B = TorchBackend()
         B.found_inf = a["found_inf"]

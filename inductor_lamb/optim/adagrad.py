@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import ADAGRAD
-from ._base import FusedOptimizer, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_nonnegative
 
 __all__ = ["Adagrad"]
 
@@ -38,7 +39,7 @@ class Adagrad(FusedOptimizer):
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
     """
 
-    _op = ADAGRAD
+    _ops = OpFamily(ADAGRAD, (ops.adagrad_step_,), (reference.adagrad_step,))
     _state_keys = ("sum",)
 
     def __init__(

@@ -7,8 +7,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import LAMB
-from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -47,7 +48,8 @@ class Lamb(FusedOptimizer):
     (float32), and ``master_param`` with ``master_weights``.
     """
 
-    _op = LAMB
+    _ops = OpFamily(LAMB, (ops.lamb_step_, ops.lamb_reduce_, ops.lamb_apply_),
+                    (reference.lamb_step, reference.lamb_reduce, reference.lamb_apply))
     _state_keys = ("exp_avg", "exp_avg_sq")
     _scheduled = {"lr": check_lr, "betas": check_betas}
 

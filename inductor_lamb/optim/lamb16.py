@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import LAMB16
-from ._base import FusedOptimizer, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -58,7 +59,8 @@ class Lamb16(FusedOptimizer):
     :meth:`state_bytes_per_param`.
     """
 
-    _op = LAMB16
+    _ops = OpFamily(LAMB16, (ops.lamb16_step_, ops.lamb16_reduce_, ops.lamb16_apply_),
+                    (reference.lamb16_step, reference.lamb16_reduce, reference.lamb16_apply))
     _state_keys = ("exp_avg", "exp_avg_sq")
     _scalar_state_keys = ("exp_avg_scale", "exp_avg_sq_scale")
     _scheduled = {"lr": check_lr, "betas": check_betas}

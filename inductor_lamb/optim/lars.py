@@ -8,8 +8,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import LARS
-from ._base import FusedOptimizer, check_lr, check_momentum, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -66,7 +67,8 @@ class Lars(FusedOptimizer):
     ``master_param`` with ``master_weights``.
     """
 
-    _op = LARS
+    _ops = OpFamily(LARS, (ops.lars_step_, ops.lars_reduce, ops.lars_apply_),
+                    (reference.lars_step, reference.lars_reduce, reference.lars_apply))
     _state_keys = ("momentum_buffer",)
     _scheduled = {"lr": check_lr, "momentum": check_momentum}
 

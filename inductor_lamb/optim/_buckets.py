@@ -1,0 +1,244 @@
+"""Bucketing and the op call: each param group's params with a grad, grouped by
+(device, dtype, sharding) with their state as the op's argument lists, and the
+op calls of one bucket (the one-call op, or reduce, combine across shards,
+apply), by reference to the optimizer's op functions (:class:`OpFamily`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..spec import OpSpec, Role
+from . import _sharding
+from ._scheduled import as_floats
+
+__all__ = ["OpFamily", "Buckets"]
+
+_BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """An optimizer's op functions: the one-call step and, for a layer-wise op, its
+    reduce and apply phases (``inductor_lamb.ops``) for float32 / bfloat16 /
+    float16 params, and the same as float64 reference math
+    (``inductor_lamb.reference``: the equations every kernel follows, in plain
+    torch ops that any device runs and torch.compile fuses) for float64 params,
+    which the ops' float32 arithmetic could not match to float64 precision."""
+
+    spec: OpSpec                         # the one-call op's
+    ops: tuple[Callable[..., Any], ...]  # (step,) or (step, reduce, apply)
+    reference: tuple[Callable[..., Any], ...]
+
+    def functions(self, dtype: torch.dtype) -> tuple[Callable[..., Any], ...]:
+        return self.reference if dtype == torch.float64 else self.ops
+
+
+class Buckets:
+    """Mixin of :class:`~inductor_lamb.optim._base.FusedOptimizer`: one bucket
+    builder (``_buckets``) for plain, sparse and DTensor params, which
+    ``_init_group`` runs eagerly for a compiled step, and the op calls."""
+
+    _ops: OpFamily
+
+    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+        """The buckets of param group ``index`` when all its params are plain tensors
+        (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
+        ``_flat_lists``) with every bucket's tensors, bucket after bucket, and returns
+        each bucket's (number of params, has master copies, param names); None, with
+        nothing filled, otherwise (the traced ``_buckets`` then handles the group and
+        its errors).
+
+        Why here: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly
+        instead of tracing it, and installs the guards on ``param_groups`` and
+        ``state`` itself (torch/_dynamo/variables/optimizer.py). Traced, this
+        per-param Python was most of dynamo's time on a compiled step (RESULTS.md,
+        compile time). The result depends only on what those guards check: which params
+        have grads, their devices and dtypes, and the state's keys."""
+        self._stepped = True  # eager here even in a compiled step (see _opt_called)
+        group = self.__dict__["_groups"][index]
+        params = [p for p in group["params"] if p.grad is not None]
+        if any(p.grad.is_sparse or _sharding.is_dtensor(p) or _sharding.is_dtensor(p.grad) for p in params):
+            return None
+        if any(_sharding.is_dtensor(t) for p in params for t in self._init_state(p, group).values()):
+            return None
+        buckets = self._buckets(group, index)
+        if any(len(b["master_params"]) not in (0, len(b["params"])) for b in buckets.values()):
+            return None
+        out = dict(zip(self._flat_lists, lists))
+        for b in buckets.values():
+            for key in self._flat_lists:
+                out[key].extend(b[key])
+        return tuple((len(b["params"]), len(b["master_params"]) > 0, tuple(b["names"])) for b in buckets.values())
+
+    def _param_tensors(self, p: Tensor, state: dict[str, Any]) -> list[tuple[str, Tensor]]:
+        """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
+        out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in self._lists.items())]
+        if self._has_step:
+            out.append(("steps", state["step"]))
+        if "master_param" in state:
+            out.append(("master_params", state["master_param"]))
+        return out
+
+    def _group_buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Param group ``index``'s buckets (see ``_buckets``): from ``_init_group`` when
+        it takes the group, else from ``_buckets``."""
+        if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
+            # A backward traced into the same graph (recipe (a)) sets the grads as
+            # pending side effects, which an eager _init_group cannot see: dynamo
+            # refuses it ("pending mutation on parameter"), so trace the buckets.
+            self._stepped_in_graph.fill_(True)
+            return self._buckets(group, index)
+        lists: list[list[Tensor]] = [[] for _ in self._flat_lists]
+        layout = self._init_group(index, *lists)
+        if layout is None:
+            return self._buckets(group, index)
+        flat = dict(zip(self._flat_lists, lists))
+        buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
+        lo = lo_master = 0
+        for n, has_master, names in layout:
+            b: dict[str, Any] = {k: v[lo:lo + n] for k, v in flat.items() if k != "master_params"}
+            b["sharding"] = None
+            b["names"] = list(names)
+            if has_master:
+                b["master_params"] = flat["master_params"][lo_master:lo_master + n]
+                lo_master += n
+            buckets[(b["params"][0].device, b["params"][0].dtype, None)] = b
+            lo += n
+        return buckets
+
+    def _buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Params with a grad, with their state, grouped by (device, dtype,
+        sharding); lists are keyed by the op's argument names and hold local
+        shards of DTensors. Checks every DTensor's layout before anything runs."""
+        buckets: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+        meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
+        names = group.get("param_names")  # set when built from model.named_parameters()
+        who = type(self).__name__
+        for i, p in enumerate(group["params"]):
+            if p.grad is None:
+                continue
+            name = repr(names[i]) if names else f"{i} of param group {index}"
+            if p.grad.is_sparse:
+                self._check_sparse(p, group, name)
+                b = buckets[(p.device, p.dtype, "sparse")]
+                b["sharding"], b["sparse"] = None, True
+                b["names"].append(names[i] if names else None)
+                for arg, t in self._param_tensors(p, self._init_state(p, group)):
+                    b[arg].append(t)
+                continue
+            state = self._init_state(p, group)
+            sharding = _sharding.sharding_of(p, p.grad, state, name, who)
+            if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
+                first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name))
+                if not _sharding.same_mesh(first[0], sharding.mesh):
+                    raise ValueError(f"{who}: param {name} is on a different device mesh than param {first[1]} "
+                                     "of the same param group, device and dtype; put them in separate param groups")
+            b = buckets[(p.device, p.dtype, sharding)]
+            b["sharding"] = sharding
+            b["names"].append(names[i] if names else None)
+            for arg, t in self._param_tensors(p, state):
+                b[arg].append(_sharding.local(t))
+        return buckets
+
+    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
+        """Raises unless this optimizer steps param ``name`` with its sparse grad
+        (``_step_sparse``); checked with every other argument, before any step."""
+        raise RuntimeError(f"{type(self).__name__} does not support sparse gradients (param {name})")
+
+    def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
+                     found_inf: Tensor | None) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _on_bucket(value: Tensor, bucket: dict[str, Any]) -> Tensor:
+        """A group's 0-d hyper-parameter on the bucket's device (a copy only for
+        mixed-device groups)."""
+        device = bucket["params"][0].device
+        return value if value.device == device else value.to(device, non_blocking=True)
+
+    def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
+        """The op's hyper-parameters for one bucket: the group's entries of the same
+        names (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device."""
+        for key, validate in self._scheduled.items():
+            # A value written into the group that no eager read synced (a compiled step
+            # reads the group as its guards saw it): the eager check and message.
+            value = group.get(key)
+            if value is not None and not isinstance(value, Tensor) and not (
+                    isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value)):
+                validate(as_floats(value))
+        values = dict(group)
+        if "betas" in group:
+            values["beta1"], values["beta2"] = group["betas"]
+        out = {}
+        for a in self._op.args:
+            if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
+                v = values[a.name]
+                # (a float written into the group that no eager read synced yet: the wrapper
+                # makes it a tensor; a compiled step then specializes on it)
+                out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
+        return out
+
+    def _step_bucket(
+        self,
+        group: dict[str, Any],
+        bucket: dict[str, Any],
+        grad_scale: Tensor | None,
+        found_inf: Tensor | None,
+        max_grad_norm: float,
+    ) -> None:
+        """The op call of one bucket of ``group``: the one-call op, or for sharded
+        layer-wise buckets reduce, combine across shards, apply."""
+        if bucket.get("sparse"):
+            self._step_sparse(group, bucket, grad_scale, found_inf)
+            return
+        op = self._op
+        dtype = bucket["params"][0].dtype
+        args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
+        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
+        if bucket.get("master_params"):
+            args["master_params"] = bucket["master_params"]
+        if "max_grad_norm" in op.names:
+            args["max_grad_norm"] = max_grad_norm
+        n, size = len(bucket["params"]), self.max_tensors_per_call
+        if dtype == torch.float64:
+            # 0-d params (and their grads and state) as 1-element views: torch 2.13's
+            # dynamo drops in-place writes to 0-d float64 graph inputs (it takes them
+            # for wrapped Python floats).
+            shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
+            args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
+        chunks = [self._chunk(args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
+        sharding = bucket["sharding"]
+        step, *phases = self._ops.functions(dtype)
+        if sharding is None or not sharding.dims or not phases:
+            for chunk in chunks:
+                step(**chunk)
+            return
+        # one collective for the bucket, whatever its number of op calls
+        reduce, apply = phases
+        partials = [reduce(**chunk) for chunk in chunks]
+        totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
+                                   [c.combine for c in op.reductions], sharding)
+        lo = 0
+        for chunk in chunks:
+            hi = lo + len(chunk["params"])
+            apply(reductions=totals[lo:hi], **chunk)
+            lo = hi
+
+    def _chunk(self, args: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
+        """The op arguments of params ``lo:hi`` of a bucket of ``n``: its lists and
+        per-param options sliced, everything else shared."""
+        if lo == 0 and hi == n:
+            return args
+        out = dict(args)
+        for a in self._op.args:
+            value = args.get(a.name)
+            if isinstance(value, (list, tuple)) and (a.role in _BUCKET_LISTS or a.role is Role.MASTER
+                                                     or (a.role in (Role.FLOATS, Role.BOOLS) and len(value) == n)):
+                out[a.name] = value[lo:hi]
+        return out

@@ -1,0 +1,113 @@
+"""State and checkpoint compatibility of the optimizers: state dicts that load
+into torch.optim classes and back, state kept in the dtypes the ops require,
+options added after a checkpoint was written, and the layouts of other LAMB
+implementations (timm's ``Lamb``, apex's ``FusedLAMB``)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._scheduled import as_floats
+
+__all__ = ["CheckpointState"]
+
+
+class CheckpointState:
+    """Mixin of :class:`~inductor_lamb.optim._base.FusedOptimizer`: ``state_dict``,
+    ``load_state_dict`` and unpickling."""
+
+    # Options added after 0.1.0 and the values that reproduce what a checkpoint
+    # without them did; other missing options take this optimizer's defaults.
+    _options_before_they_existed: dict[str, Any] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # (torch.optim puts param_groups straight into __dict__, past the property)
+        state = dict(state)
+        groups = state.pop("param_groups", None)
+        super().__setstate__(state)
+        if groups is not None:
+            # Options added after a checkpoint was written (not torch.optim's
+            # "differentiable", which its __setstate__ puts into the defaults: a
+            # state dict must read back as it was saved).
+            options = {k: v for k, v in self.defaults.items() if k != "differentiable"}
+            for group in groups:
+                for key, value in {**options, **self._options_before_they_existed}.items():
+                    group.setdefault(key, value)
+            self.param_groups = groups
+
+    def state_dict(self) -> dict[str, Any]:
+        # lr, betas, momentum as floats, like torch.optim's own optimizers save them:
+        # checkpoints load into torch.optim classes too (load_state_dict turns them
+        # back into tensors).
+        sd = super().state_dict()
+        for group in sd["param_groups"]:
+            for key in self._scheduled:
+                if key in group:
+                    group[key] = as_floats(group[key])
+        return sd
+
+    # Param-group keys of other implementations that carry nothing these optimizers
+    # use (torch.optim's implementation flags), dropped when their state dicts load.
+    _foreign_keys: tuple[str, ...] = ("foreach", "fused", "capturable", "differentiable")
+
+    def _adopt_foreign_group(self, group: dict[str, Any], num_groups: int) -> list[str]:
+        """Translates, in place, a loaded param group written by another
+        implementation of this optimizer; returns what cannot be carried over."""
+        return []
+
+    def _from_other_layouts(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A state dict from another implementation in this optimizer's layout:
+        a per-group ``step`` (timm's Lamb, apex's FusedLAMB) becomes every param's
+        ``step``, foreign keys are dropped or translated (``_adopt_foreign_group``),
+        with a warning that names what does not carry over. Ours pass unchanged."""
+        groups = state_dict["param_groups"]
+        if not any("step" in g or any(k in g for k in self._foreign_keys) for g in groups):
+            return state_dict
+        state = {pid: dict(s) for pid, s in state_dict["state"].items()}
+        new_groups, notes = [], []
+        for g in groups:
+            g = {k: v for k, v in g.items() if k not in self._foreign_keys}
+            step = g.pop("step", None)
+            if step is not None and self._has_step:
+                for pid in g["params"]:
+                    if pid in state and "step" not in state[pid]:
+                        state[pid]["step"] = torch.as_tensor(step, dtype=torch.float32).clone().reshape(())
+            notes += [n for n in self._adopt_foreign_group(g, len(groups)) if n not in notes]
+            new_groups.append(g)
+        if notes:
+            warnings.warn(f"{type(self).__name__}.load_state_dict: " + "; ".join(notes), stacklevel=3)
+        return {**state_dict, "state": state, "param_groups": new_groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._from_other_layouts(state_dict)
+        # torch.optim casts floating state to the param dtype (bf16 params would
+        # lose their float32 moments, LAMB16's float8 ones would become float32);
+        # keep each in the dtype the ops require, from the saved tensors themselves.
+        keep = (*self._state_keys, *self._scalar_state_keys, "master_param")
+        saved = {
+            pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
+            for pid, s in state_dict["state"].items()
+        }
+        super().load_state_dict(state_dict)
+        id_to_param = {
+            pid: p
+            for saved_group, group in zip(state_dict["param_groups"], self.param_groups)
+            for pid, p in zip(saved_group["params"], group["params"])
+        }
+        for pid, values in saved.items():
+            p = id_to_param.get(pid)
+            if p is None:
+                continue
+            state = self.state[p]
+            for k, v in values.items():
+                state[k] = v.to(device=p.device, dtype=self._state_dtype(k, p.dtype), copy=True)
+                if k in self._scalar_state_keys:
+                    state[k] = state[k].reshape(())
+            step = state.pop("step", None)
+            if step is not None and self._has_step:  # (releases up to 0.1.0 kept a dead LARS step)
+                state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
+        self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats

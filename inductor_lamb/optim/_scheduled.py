@@ -1,0 +1,149 @@
+"""Scheduled hyper-parameters (lr, betas, momentum): their validators (torch.optim's
+messages) and :class:`ScheduledValues`, the 0-d tensors of one param group that
+schedulers write and a compiled step reads without recompiling."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
+           "plain_group", "as_floats", "group_device", "group_dtype"]
+
+
+def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
+    """``lr`` as a 0-d tensor on ``device`` (float32, what the ops take; float64 for
+    float64 params): schedulers then update it in place (``fill_``), so a changing
+    learning rate never recompiles a graph, and on a GPU the kernels read it there
+    (no host sync, CUDA-graph capturable)."""
+    device = torch.device(device)
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")  # torch.optim's message
+        if lr.dim() == 0 and lr.dtype == dtype and lr.device == device:
+            return lr
+        return lr.detach().reshape(()).to(device=device, dtype=dtype)
+    lr = float(lr)
+    check_lr(lr)
+    return torch.tensor(lr, dtype=dtype, device=device)
+
+
+def check_lr(lr: float) -> None:
+    if not lr >= 0.0:
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def check_betas(betas: tuple[float, float]) -> None:
+    """torch.optim's check and message for Adam-style betas."""
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def check_momentum(momentum: float) -> None:
+    if not momentum >= 0.0:
+        raise ValueError(f"Invalid momentum value: {momentum}")
+
+
+def check_nonnegative(**values: float) -> None:
+    """Raises torch.optim's ``Invalid <name> value`` for a negative hyper-parameter."""
+    names = {"eps": "epsilon"}
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
+
+
+class ScheduledValues:
+    """The 0-d float32 tensors of one param group's scheduled hyper-parameters.
+
+    torch's schedulers write ``group["betas"] = (0.85, ...)`` or
+    ``group["momentum"] = 0.9`` as new Python floats (they ``fill_`` in place only
+    for ``lr``). A compiled step that read those floats would be guarded on their
+    values and recompile on every step. So each group's values live in tensors
+    that :meth:`sync` fills from whatever was written (validated first) and puts
+    back into the group, before anything reads the group
+    (``FusedOptimizer.param_groups`` is a property that syncs). The group dicts
+    stay plain dicts (dynamo's optimizer support requires that).
+    """
+
+    def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
+                 defaults: dict[str, Any], dtype: torch.dtype = torch.float32) -> None:
+        self.scheduled, self.device, self.dtype, self.values = scheduled, device, dtype, {}
+        for key, validate in scheduled.items():
+            if key not in group:
+                continue
+            value = group[key]
+            validate(as_floats(value))
+            if isinstance(value, (tuple, list)):
+                shared = defaults.get(key) or ()
+                self.values[key] = tuple(self._own(v, any(v is d for d in shared)) for v in value)
+            else:
+                self.values[key] = self._own(value, value is defaults.get(key))
+            group[key] = self.values[key]
+
+    def _own(self, value: Any, shared: bool) -> Tensor:
+        """A 0-d tensor on the group's device that this group may fill in place: a
+        user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
+        if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == self.dtype \
+                and value.device == self.device:
+            return value
+        return as_lr_tensor(value, self.device, self.dtype).clone()
+
+    def sync(self, group: dict[str, Any]) -> None:
+        for key, current in self.values.items():
+            value = group.get(key)
+            if value is current:
+                continue
+            self.scheduled[key](as_floats(value))
+            if isinstance(current, tuple):
+                current = tuple(self._assign(c, v) for c, v in zip(current, value))
+            else:
+                current = self._assign(current, value)
+            self.values[key] = group[key] = current
+
+    def _assign(self, current: Tensor, value: Any) -> Tensor:
+        if value is current:
+            return current
+        if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == self.dtype \
+                and value.device == self.device:
+            return value  # the user hands in a tensor of their own
+        current.fill_(value)
+        return current
+
+
+def plain_group(group: dict[str, Any], keys) -> dict[str, Any]:
+    """The group with its scheduled 0-d tensors as Python floats (state_dict, repr)."""
+    return {k: (as_floats(v) if k in keys else v) for k, v in group.items()}
+
+
+def as_floats(value: Any) -> Any:
+    """A scheduled value (float, 0-d tensor, or a tuple of them) as Python floats.
+    For display, validation and checkpoints only: never called inside a step."""
+    if isinstance(value, (tuple, list)):
+        return tuple(as_floats(v) for v in value)
+    if not isinstance(value, Tensor):
+        return float(value)
+    # the shortest decimal that reads back as the same float32 (0.9, not 0.8999999761581421)
+    x = float(value)
+    for digits in range(6, 10):
+        short = float(f"{x:.{digits}g}")
+        if struct.unpack("f", struct.pack("f", short))[0] == x:
+            return short
+    return x
+
+
+def group_device(group: dict[str, Any]) -> torch.device:
+    """Where a group's lr lives: its params' device when they share one, else the CPU."""
+    devices = {p.device for p in group["params"]}
+    return devices.pop() if len(devices) == 1 else torch.device("cpu")
+
+
+def group_dtype(group: dict[str, Any]) -> torch.dtype:
+    """The dtype of a group's scheduled values: float64 when all its params are
+    float64 (their float64 math then reads lr at full precision), else float32."""
+    params = group["params"]
+    return torch.float64 if params and all(p.dtype == torch.float64 for p in params) else torch.float32
