@@ -231,8 +231,11 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
         finite = {lr: r for lr, r in runs.items() if r["finite"]}
         best = (max if higher_is_better else min)(finite, key=lambda lr: finite[lr][key]) if finite else None
         res["scaled"].setdefault(name, {})["best_lr"] = best
-    jobs = [(n, b, s) for n in names for b in batches
-            for s in (seeds if b == SEEDED_BATCH.get(task) and not quick else [0])]
+    # The first seed of every cell first, the largest batches (the claim under test) first, then
+    # the extra seeds: an interrupted study (--resume continues it) has the most telling cells.
+    jobs = sorted(((n, b, s) for n in names for b in batches
+                   for s in (seeds if b == SEEDED_BATCH.get(task) and not quick else [0])),
+                  key=lambda j: (j[2], j[1] != ref, -j[1], names.index(j[0])))
     for name, b, s in tqdm(jobs, desc=f"{task}: sqrt-scaled batches"):
         best = res["scaled"][name]["best_lr"]
         if best is None:

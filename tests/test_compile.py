@@ -258,15 +258,23 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     model_e = make_step_model()
     model_c = copy.deepcopy(model_e)
     opts = [cls(m.parameters(), **kw) for m in (model_e, model_c)]
-    calls = {"traced": 0}
-    real = opts[1]._buckets
+    calls = {"traced": 0, "in_init_group": False}
+    real_buckets, real_init_group = opts[1]._buckets, opts[1]._init_group
 
     def counted(*args):
-        if torch.compiler.is_compiling():  # (True only where dynamo traces this code)
+        if not calls["in_init_group"]:  # (what _init_group calls runs eagerly)
             calls["traced"] += 1
-        return real(*args)
+        return real_buckets(*args)
+
+    def init_group(*args):
+        calls["in_init_group"] = True
+        try:
+            return real_init_group(*args)
+        finally:
+            calls["in_init_group"] = False
 
     monkeypatch.setattr(opts[1], "_buckets", counted)
+    monkeypatch.setattr(opts[1], "_init_group", init_group)
     backend = CountingBackend()
     cstep = torch.compile(opts[1].step, fullgraph=True, backend=backend)
     for k, (x, y) in enumerate(step_batches(4)):

@@ -324,29 +324,26 @@ inline namespace CPU_CAPABILITY {
 
 // ---- LAMB16's stochastic rounding (common/rounding.h) on the vector lanes ----
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+// The 32-bit integer lane operations of one vector width (P: the intrinsics'
+// prefix, SI: the suffix of the whole-register logic ops).
+#define INDUCTOR_LAMB_INT_LANES(P, SI)                                                   \
+  inline IReg i_set1(uint32_t c) { return P##_set1_epi32(static_cast<int>(c)); }       \
+  inline IReg i_xor(IReg a, IReg b) { return P##_xor_##SI(a, b); }                     \
+  inline IReg i_and(IReg a, IReg b) { return P##_and_##SI(a, b); }                     \
+  inline IReg i_or(IReg a, IReg b) { return P##_or_##SI(a, b); }                       \
+  inline IReg i_add(IReg a, IReg b) { return P##_add_epi32(a, b); }                    \
+  inline IReg i_sub(IReg a, IReg b) { return P##_sub_epi32(a, b); }                    \
+  inline IReg i_mul(IReg a, IReg b) { return P##_mullo_epi32(a, b); }                  \
+  inline IReg i_srl(IReg a, int k) { return P##_srli_epi32(a, k); }                    \
+  inline IReg i_sll(IReg a, int k) { return P##_slli_epi32(a, k); }
 #if defined(CPU_CAPABILITY_AVX512)
 using IReg = __m512i;
-inline IReg i_set1(uint32_t c) { return _mm512_set1_epi32(static_cast<int>(c)); }
-inline IReg i_xor(IReg a, IReg b) { return _mm512_xor_si512(a, b); }
-inline IReg i_and(IReg a, IReg b) { return _mm512_and_si512(a, b); }
-inline IReg i_or(IReg a, IReg b) { return _mm512_or_si512(a, b); }
-inline IReg i_add(IReg a, IReg b) { return _mm512_add_epi32(a, b); }
-inline IReg i_sub(IReg a, IReg b) { return _mm512_sub_epi32(a, b); }
-inline IReg i_mul(IReg a, IReg b) { return _mm512_mullo_epi32(a, b); }
-inline IReg i_srl(IReg a, int k) { return _mm512_srli_epi32(a, k); }
-inline IReg i_sll(IReg a, int k) { return _mm512_slli_epi32(a, k); }
+INDUCTOR_LAMB_INT_LANES(_mm512, si512)
 #else
 using IReg = __m256i;
-inline IReg i_set1(uint32_t c) { return _mm256_set1_epi32(static_cast<int>(c)); }
-inline IReg i_xor(IReg a, IReg b) { return _mm256_xor_si256(a, b); }
-inline IReg i_and(IReg a, IReg b) { return _mm256_and_si256(a, b); }
-inline IReg i_or(IReg a, IReg b) { return _mm256_or_si256(a, b); }
-inline IReg i_add(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
-inline IReg i_sub(IReg a, IReg b) { return _mm256_sub_epi32(a, b); }
-inline IReg i_mul(IReg a, IReg b) { return _mm256_mullo_epi32(a, b); }
-inline IReg i_srl(IReg a, int k) { return _mm256_srli_epi32(a, k); }
-inline IReg i_sll(IReg a, int k) { return _mm256_slli_epi32(a, k); }
+INDUCTOR_LAMB_INT_LANES(_mm256, si256)
 #endif
+#undef INDUCTOR_LAMB_INT_LANES
 // uint32 lanes with the operators the shared rounding math uses.
 struct U32Vec {
   IReg v;
