@@ -144,31 +144,37 @@ class OpSpec:
                           for a in self.args if master or a.role is not Role.MASTER],
                          return_annotation=self.returns)
 
+    def __post_init__(self) -> None:
+        # What bind() reads on every call, with and without the master params:
+        # (names, defaults, number of positional arguments, the set of names).
+        for master in (True, False):
+            accepted = [a for a in self.args if master or a.role is not Role.MASTER]
+            names = tuple(a.name for a in accepted)
+            object.__setattr__(self, f"_bind_{master}", (names, tuple(a.default for a in accepted),
+                                                          sum(a.role in _POSITIONAL for a in accepted), frozenset(names)))
+
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any], *, master: bool = True,
              keyword_only: bool = False) -> dict[str, Any]:
         """An op call's arguments by name (schema order), defaults filled in.
         ``keyword_only``: as the wrappers take them (TypeError for a
         hyper-parameter given by position or an unknown name)."""
-        accepted = [a for a in self.args if master or a.role is not Role.MASTER]
+        names, defaults, positional, known = getattr(self, f"_bind_{master}")
         if keyword_only:
-            positional = sum(a.role in _POSITIONAL for a in accepted)
             if len(args) > positional:
                 raise TypeError(f"{self.name}() takes {positional} positional arguments but {len(args)} were given")
-            unknown = set(kwargs) - {a.name for a in accepted}
-            if unknown:
-                raise TypeError(f"{self.name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-        out: dict[str, Any] = {}
-        for i, a in enumerate(accepted):
-            if i < len(args):
-                if a.name in kwargs:
-                    raise TypeError(f"{self.name}() got multiple values for argument {a.name!r}")
-                out[a.name] = args[i]
-            elif a.name in kwargs:
-                out[a.name] = kwargs[a.name]
-            elif a.default is not REQUIRED:
-                out[a.name] = a.default
+            if not known.issuperset(kwargs):
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {sorted(set(kwargs) - known)[0]!r}")
+        out = dict(zip(names, args))
+        for name, default in zip(names[len(args):], defaults[len(args):]):
+            if name in kwargs:
+                out[name] = kwargs[name]
+            elif default is not REQUIRED:
+                out[name] = default
             else:
-                raise TypeError(f"{self.name}() missing required argument {a.name!r}")
+                raise TypeError(f"{self.name}() missing required argument {name!r}")
+        for name in names[:len(args)]:
+            if name in kwargs:
+                raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
         return out
 
     def to_op_args(self, bound: dict[str, Any]) -> list[Any]:

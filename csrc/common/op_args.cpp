@@ -1,12 +1,25 @@
 #include "common/op_args.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace inductor_lamb {
 
 namespace {
 
 constexpr double kInf = INFINITY;
+
+// An argument's name in a message: `name`, or `name[i]` for a list entry (i >= 0).
+// (Printed only when a check fails: TORCH_CHECK formats its message lazily.)
+struct Where {
+  const char* name;
+  int64_t i;
+};
+std::ostream& operator<<(std::ostream& out, const Where& w) {
+  out << w.name;
+  if (w.i >= 0) out << "[" << w.i << "]";
+  return out;
+}
 
 // Checks with messages like "lamb_step_: grads[3] has shape [2, 3] but params[3] has shape [3, 2]".
 // Shapes are read as symbolic sizes: the Meta kernels check fake tensors of dynamic shape.
@@ -37,19 +50,19 @@ class ArgChecker {
     TORCH_CHECK(s == at::kFloat || s == at::kBFloat16 || s == at::kHalf, op_, ": params[", i, "] has dtype ", s,
                 "; supported: float32, bfloat16, float16");
   }
-  // A 0-d float32 tensor (lr, steps[i]): `where` names it.
-  void scalar_tensor(const at::Tensor& t, const std::string& where, const at::Device& device) const {
-    TORCH_CHECK(t.defined(), op_, ": ", where, " is undefined");
-    TORCH_CHECK(t.dim() == 0, op_, ": ", where, " must be a 0-d tensor, got shape ", t.sym_sizes());
-    float32_on(t, where, device);
+  // A 0-d float32 tensor: `name`, or `name`[i] for i >= 0 (steps[i]).
+  void scalar_tensor(const at::Tensor& t, const char* name, int64_t i, const at::Device& device) const {
+    TORCH_CHECK(t.defined(), op_, ": ", Where{name, i}, " is undefined");
+    TORCH_CHECK(t.dim() == 0, op_, ": ", Where{name, i}, " must be a 0-d tensor, got shape ", t.sym_sizes());
+    float32_on(t, Where{name, i}, device);
   }
   // grad_scale / found_inf: one float32 element on `device`.
   void optional_scalar(const std::optional<at::Tensor>& t, const char* name, const at::Device& device) const {
     if (!t.has_value() || !t->defined()) return;
     TORCH_CHECK(t->sym_numel() == 1, op_, ": ", name, " must have one element, got shape ", t->sym_sizes());
-    float32_on(*t, name, device);
+    float32_on(*t, Where{name, -1}, device);
   }
-  void in_range(double v, const std::string& name, double lo, double hi) const {
+  void in_range(double v, const Where& name, double lo, double hi) const {
     TORCH_CHECK(v >= lo && v <= hi, op_, ": invalid ", name, " ", v, ", expected a value in [", lo, ", ", hi, "]");
   }
   void reductions(const at::Tensor& r, size_t n, size_t k, const at::Device& device) const {
@@ -58,11 +71,11 @@ class ArgChecker {
                     r.sym_size(1) == int64_t(k),
                 op_, ": reductions must have shape [", n, ", ", k, "] (params x partial reductions), got ",
                 r.sym_sizes());
-    float32_on(r, "reductions", device);
+    float32_on(r, Where{"reductions", -1}, device);
   }
 
  private:
-  void float32_on(const at::Tensor& t, const std::string& where, const at::Device& device) const {
+  void float32_on(const at::Tensor& t, const Where& where, const at::Device& device) const {
     TORCH_CHECK(t.scalar_type() == at::kFloat, op_, ": ", where, " must be float32, got ", t.scalar_type());
     TORCH_CHECK(t.device() == device, op_, ": ", where, " is on ", t.device(), " but expected ", device);
   }
@@ -110,7 +123,10 @@ at::Device OpArgs::device() const {
   return params.empty() ? tensor("lr").device() : params[0].device();
 }
 
-at::TensorList OpArgs::list(const char* name) const { return lists_[index(name)]; }
+at::TensorList OpArgs::list(const char* name) const {
+  if (std::strcmp(name, "params") == 0) return lists_[0];  // (the most read; every schema starts with it)
+  return lists_[index(name)];
+}
 
 std::optional<at::TensorList> OpArgs::optional_list(const char* name) const {
   const size_t i = index(name);
@@ -167,32 +183,31 @@ std::vector<StateList> check_call(const OpArgs& a, const at::Device& device) {
   for (const char* name : c.scalars) {
     const at::TensorList list = a.list(name);
     chk.same_length(name, list.size(), "params", n);
-    for (size_t i = 0; i < n; ++i) chk.scalar_tensor(list[i], std::string(name) + "[" + std::to_string(i) + "]", device);
+    for (size_t i = 0; i < n; ++i) chk.scalar_tensor(list[i], name, int64_t(i), device);
   }
   // then the rest by type, in schema order: scheduled tensors, optional tensors, floats and per-param lists
   const auto& args = a.schema().arguments();
-  for (const auto& arg : args)
-    if (arg.type()->kind() == c10::TypeKind::TensorType && arg.name() != "reductions")
-      chk.scalar_tensor(a.tensor(arg.name().c_str()), arg.name(), device);
-  for (const auto& arg : args)
-    if (arg.type()->kind() == c10::TypeKind::OptionalType &&
-        arg.type()->containedType(0)->kind() == c10::TypeKind::TensorType)
-      chk.optional_scalar(a.optional_tensor(arg.name().c_str()), arg.name().c_str(), device);
-  for (const auto& arg : args) {
-    const std::string& name = arg.name();
+  for (size_t k = 0; k < args.size(); ++k)
+    if (args[k].type()->kind() == c10::TypeKind::TensorType && args[k].name() != "reductions")
+      chk.scalar_tensor(a.at(k).toTensor(), args[k].name().c_str(), -1, device);
+  for (size_t k = 0; k < args.size(); ++k)
+    if (args[k].type()->kind() == c10::TypeKind::OptionalType &&
+        args[k].type()->containedType(0)->kind() == c10::TypeKind::TensorType && !a.at(k).isNone())
+      chk.optional_scalar(a.at(k).toTensor(), args[k].name().c_str(), device);
+  for (size_t k = 0; k < args.size(); ++k) {
+    const std::string& name = args[k].name();
+    const c10::IValue& v = a.at(k);
     const double lo = is_signed(c, name) ? -kInf : 0.0;
-    if (arg.type()->kind() == c10::TypeKind::FloatType) {
-      chk.in_range(a.real(name.c_str()), name, lo, kInf);
-    } else if (arg.type()->kind() == c10::TypeKind::ListType &&
-               arg.type()->containedType(0)->kind() == c10::TypeKind::FloatType) {
-      const auto& v = a.reals(name.c_str());
-      TORCH_CHECK(v.size() == 1 || v.size() == n, a.op(), ": ", name, " has ", v.size(),
+    if (v.isDouble()) {
+      chk.in_range(v.toDouble(), Where{name.c_str(), -1}, lo, kInf);
+    } else if (v.isDoubleList()) {
+      const auto& x = a.reals(name.c_str());
+      TORCH_CHECK(x.size() == 1 || x.size() == n, a.op(), ": ", name, " has ", x.size(),
                   " values; expected 1 or one per param (", n, ")");
-      for (size_t i = 0; i < v.size(); ++i) chk.in_range(v[i], name + "[" + std::to_string(i) + "]", lo, kInf);
-    } else if (arg.type()->kind() == c10::TypeKind::ListType &&
-               arg.type()->containedType(0)->kind() == c10::TypeKind::BoolType) {
-      const auto& v = a.flags(name.c_str());
-      TORCH_CHECK(v.size() <= 1 || v.size() == n, a.op(), ": ", name, " has ", v.size(),
+      for (size_t i = 0; i < x.size(); ++i) chk.in_range(x[i], Where{name.c_str(), int64_t(i)}, lo, kInf);
+    } else if (v.isBoolList()) {
+      const auto& x = a.flags(name.c_str());
+      TORCH_CHECK(x.size() <= 1 || x.size() == n, a.op(), ": ", name, " has ", x.size(),
                   " values; expected 0, 1 or one per param (", n, ")");
     }
   }

@@ -76,6 +76,8 @@ class OpArgs {
   const std::vector<double>& reals(const char* name) const;
   const std::vector<bool>& flags(const char* name) const;
 
+  const c10::IValue& at(size_t i) const { return values_[i]; }  // argument i in schema order
+
   // Replaces the arguments on `stack` by the op's result (a reduce op's reductions).
   void finish(torch::jit::Stack* stack, std::optional<at::Tensor> result) const;
 

@@ -62,12 +62,17 @@ class Buckets:
         have grads, their devices and dtypes, and the state's keys."""
         self._stepped = True  # eager here even in a compiled step (see _opt_called)
         group = self.__dict__["_groups"][index]
-        params = [p for p in group["params"] if p.grad is not None]
-        if any(p.grad.is_sparse or _sharding.is_dtensor(p) or _sharding.is_dtensor(p.grad) for p in params):
-            return None
-        if any(_sharding.is_dtensor(t) for p in params for t in self._init_state(p, group).values()):
-            return None
-        buckets = self._buckets(group, index)
+        dtensor = _sharding.DTensor or ()  # (isinstance(x, ()) is False: no torch.distributed)
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if g.is_sparse or isinstance(p, dtensor) or isinstance(g, dtensor):
+                return None
+            for t in self.state.get(p, {}).values():  # (state made later is like its param)
+                if isinstance(t, dtensor):
+                    return None
+        buckets = self._buckets(group, index, plain=True)
         if any(len(b["master_params"]) not in (0, len(b["params"])) for b in buckets.values()):
             return None
         out = dict(zip(self._flat_lists, lists))
@@ -112,32 +117,45 @@ class Buckets:
             lo += n
         return buckets
 
-    def _buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+    def _buckets(self, group: dict[str, Any], index: int,
+                 plain: bool = False) -> dict[tuple[Any, ...], dict[str, Any]]:
         """Params with a grad, with their state, grouped by (device, dtype,
         sharding); lists are keyed by the op's argument names and hold local
-        shards of DTensors. Checks every DTensor's layout before anything runs."""
+        shards of DTensors. Checks every DTensor's layout before anything runs.
+        ``plain``: the caller found no DTensor and no sparse grad (the per-tensor
+        sharding checks are skipped: the eager step's per-param Python)."""
         buckets: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(lambda: defaultdict(list))
         meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
         names = group.get("param_names")  # set when built from model.named_parameters()
         who = type(self).__name__
+
+        def name(i: int) -> str:
+            return repr(names[i]) if names else f"{i} of param group {index}"
+
         for i, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
-            name = repr(names[i]) if names else f"{i} of param group {index}"
+            state = self._init_state(p, group)
+            if plain:
+                b = buckets[(p.device, p.dtype, None)]
+                b["sharding"] = None
+                b["names"].append(names[i] if names else None)
+                for arg, t in self._param_tensors(p, state):
+                    b[arg].append(t)
+                continue
             if p.grad.is_sparse:
-                self._check_sparse(p, group, name)
+                self._check_sparse(p, group, name(i))
                 b = buckets[(p.device, p.dtype, "sparse")]
                 b["sharding"], b["sparse"] = None, True
                 b["names"].append(names[i] if names else None)
-                for arg, t in self._param_tensors(p, self._init_state(p, group)):
+                for arg, t in self._param_tensors(p, state):
                     b[arg].append(t)
                 continue
-            state = self._init_state(p, group)
-            sharding = _sharding.sharding_of(p, p.grad, state, name, who)
+            sharding = _sharding.sharding_of(p, p.grad, state, name(i), who)
             if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
-                first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name))
+                first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name(i)))
                 if not _sharding.same_mesh(first[0], sharding.mesh):
-                    raise ValueError(f"{who}: param {name} is on a different device mesh than param {first[1]} "
+                    raise ValueError(f"{who}: param {name(i)} is on a different device mesh than param {first[1]} "
                                      "of the same param group, device and dtype; put them in separate param groups")
             b = buckets[(p.device, p.dtype, sharding)]
             b["sharding"] = sharding
