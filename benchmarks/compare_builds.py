@@ -7,8 +7,10 @@ Each build is a source tree with its extension built in place (``python setup.py
 build_ext --inplace``). The two cannot share a process (both register
 ``torch.ops.lamb``), so every (build, CPU capability) runs in its own process,
 alternating before/after for ``--rounds`` rounds; the table keeps each row's
-fastest round, so both builds see the same machine conditions. Workloads: one
-1024x1024 tensor (in cache) and the BERT-like list of bench_step.py (DRAM).
+fastest round, so both builds see the same machine conditions. Workloads: the
+raw ops on one 1024x1024 tensor (in cache) and the BERT-like list of bench_step.py
+(DRAM); the optimizers' eager ``opt.step()`` on 200 x (64,) params and on the MNIST
+CNN's 8 params (where the Python around the op call shows).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ assert inductor_lamb.__file__.startswith({tree!r}), f"imported {{inductor_lamb._
 torch.set_num_threads({threads})
 inductor_lamb.set_cpu_capability({cap!r})
 workloads = {{"1024x1024": [(1024, 1024)], "BERT-like": bert_like_shapes()}}
+MNIST_CNN = [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,), (500, 800), (500,), (10, 500), (10,)]
 lr = torch.tensor(1e-3)
 b1, b2, mom = torch.tensor(0.9), torch.tensor(0.999), torch.tensor(0.9)
 calls = {{
@@ -49,6 +52,17 @@ for w, shapes in workloads.items():
         state = make_state(shapes, kind=op)
         out[f"{{op}} {{w}}"] = bench(lambda: calls[op](state), min_time={min_time}) * 1e3
         del state
+# The optimizers' eager opt.step() on small params, where their Python shows
+classes = {{"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": inductor_lamb.Lars,
+            "adagrad": inductor_lamb.Adagrad}}
+torch.manual_seed(0)
+for w, shapes in {{"opt.step 200x64": [(64,)] * 200, "opt.step MNIST CNN": MNIST_CNN}}.items():
+    for op in {ops!r}:
+        params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = classes[op](params, lr=1e-3)
+        out[f"{{op}} {{w}}"] = bench(opt.step, min_time={min_time}) * 1e3
 print(json.dumps(out))
 """
 
