@@ -292,6 +292,14 @@ def report(out: dict) -> None:
         what = "test accuracy %" if task == "mnist" else "validation loss (nats/byte)"
         scale = 100 if task == "mnist" else 1
         metric = "test_acc" if task == "mnist" else "val_loss"
+        if res["sweep"]:
+            print(f"\n{task}: lr sweep at batch {REFERENCE_BATCH[task]}, {what} (validation / test)")
+            for name, runs in res["sweep"].items():
+                vkey = "val_acc" if task == "mnist" else "val_loss"
+                cells = [f"lr {lr}: " + (f"{scale * r[vkey]:.4g} / {scale * r[metric]:.4g}" if task == "mnist"
+                                         else f"{r[vkey]:.4g}") if r["finite"] else f"lr {lr}: diverged"
+                         for lr, r in runs.items()]
+                print(f"| {name} | " + " | ".join(cells) + " |")
         batches = sorted({int(b) for r in res["scaled"].values() for b in r if b != "best_lr"})
         print(f"\n{task}: {what}, lr tuned at batch {REFERENCE_BATCH[task]} and scaled by sqrt(batch ratio)")
         print("| optimizer | best lr | " + " | ".join(f"batch {b}" for b in batches) + " |")
