@@ -261,10 +261,10 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     calls = {"traced": 0, "in_init_group": False}
     real_buckets, real_init_group = opts[1]._buckets, opts[1]._init_group
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         if not calls["in_init_group"]:  # (what _init_group calls runs eagerly)
             calls["traced"] += 1
-        return real_buckets(*args)
+        return real_buckets(*args, **kwargs)
 
     def init_group(*args):
         calls["in_init_group"] = True
