@@ -25,50 +25,52 @@ def _inputs(*configs: tuple[str, dict]) -> list[OptimizerInput]:
     return [OptimizerInput(params=None, kwargs=kwargs, desc=desc) for desc, kwargs in configs]
 
 
-def _lamb_inputs(device=None, dtype=None):
+def _layerwise_inputs(base: dict, *own: tuple[str, dict]) -> list[OptimizerInput]:
+    """The cases every layer-wise optimizer has (defaults; ``base`` with a float and a
+    Tensor lr, master weights, unscaling in the step) around the optimizer's own
+    options, each given on top of ``base``."""
     return _inputs(
         ("default", {}),
-        ("non-default lr", {"lr": 0.01}),
-        ("Tensor lr", {"lr": torch.tensor(0.01)}),
-        ("betas", {"lr": 0.01, "betas": (0.8, 0.99)}),
-        ("no weight_decay", {"lr": 0.01, "weight_decay": 0.0}),
-        ("always_adapt", {"lr": 0.01, "weight_decay": 0.0, "always_adapt": True}),
-        ("trust_clip", {"lr": 0.01, "trust_clip": True}),
-        ("no bias_correction", {"lr": 0.01, "bias_correction": False}),
-        ("no grad_averaging", {"lr": 0.01, "grad_averaging": False}),
-        ("max_grad_norm", {"lr": 0.01, "max_grad_norm": 0.5}),
-        ("master_weights", {"lr": 0.01, "master_weights": True}),
-        ("unscale_in_step", {"lr": 0.01, "unscale_in_step": True}),
+        ("non-default lr", base),
+        ("Tensor lr", {**base, "lr": torch.tensor(base["lr"])}),
+        *((desc, {**base, **kwargs}) for desc, kwargs in own),
+        ("master_weights", {**base, "master_weights": True}),
+        ("unscale_in_step", {**base, "unscale_in_step": True}),
+    )
+
+
+def _lamb_inputs(device=None, dtype=None):
+    return _layerwise_inputs(
+        {"lr": 0.01},
+        ("betas", {"betas": (0.8, 0.99)}),
+        ("no weight_decay", {"weight_decay": 0.0}),
+        ("always_adapt", {"weight_decay": 0.0, "always_adapt": True}),
+        ("trust_clip", {"trust_clip": True}),
+        ("no bias_correction", {"bias_correction": False}),
+        ("no grad_averaging", {"grad_averaging": False}),
+        ("max_grad_norm", {"max_grad_norm": 0.5}),
     )
 
 
 def _lamb16_inputs(device=None, dtype=None):
-    return _inputs(
-        ("default", {}),
-        ("non-default lr", {"lr": 0.01}),
-        ("Tensor lr", {"lr": torch.tensor(0.01)}),
-        ("weight_decay", {"lr": 0.01, "weight_decay": 0.1}),
-        ("no adaptation", {"lr": 0.01, "trust_scale": 0.0}),
-        ("round to nearest", {"lr": 0.01, "stochastic_rounding": False}),
-        ("seed", {"lr": 0.01, "seed": 1234}),
-        ("master_weights", {"lr": 0.01, "master_weights": True}),
-        ("unscale_in_step", {"lr": 0.01, "unscale_in_step": True}),
+    return _layerwise_inputs(
+        {"lr": 0.01},
+        ("weight_decay", {"weight_decay": 0.1}),
+        ("no adaptation", {"trust_scale": 0.0}),
+        ("round to nearest", {"stochastic_rounding": False}),
+        ("seed", {"seed": 1234}),
     )
 
 
 def _lars_inputs(device=None, dtype=None):
     # lars_coeff 0.02 (not 0.001) where the test problems are too small for
     # LARS's usual local lr to make progress in a few steps.
-    return _inputs(
-        ("default", {}),
-        ("non-default lr", {"lr": 0.5, "lars_coeff": 0.02}),
-        ("Tensor lr", {"lr": torch.tensor(0.5), "lars_coeff": 0.02}),
-        ("no momentum", {"lr": 0.5, "momentum": 0.0, "lars_coeff": 0.02}),
-        ("no weight_decay", {"lr": 0.01, "weight_decay": 0.0}),
-        ("eps", {"lr": 0.5, "eps": 1e-3, "lars_coeff": 0.02}),
-        ("rescale_grad", {"lr": 0.5, "rescale_grad": 0.5, "lars_coeff": 0.02}),
-        ("master_weights", {"lr": 0.5, "lars_coeff": 0.02, "master_weights": True}),
-        ("unscale_in_step", {"lr": 0.5, "lars_coeff": 0.02, "unscale_in_step": True}),
+    return _layerwise_inputs(
+        {"lr": 0.5, "lars_coeff": 0.02},
+        ("no momentum", {"momentum": 0.0}),
+        ("no weight_decay", {"lr": 0.01, "lars_coeff": 0.001, "weight_decay": 0.0}),
+        ("eps", {"eps": 1e-3}),
+        ("rescale_grad", {"rescale_grad": 0.5}),
     )
 
 

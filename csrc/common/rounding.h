@@ -129,24 +129,15 @@ INDUCTOR_LAMB_HD typename L::U stochastic_code(const typename L::F& x, const typ
 struct ScalarLanes {
   using F = float;
   using U = uint32_t;
-  static INDUCTOR_LAMB_HD U as_bits(float x) {
-#if defined(__CUDA_ARCH__)
-    return __float_as_uint(x);
-#else
-    U u;
-    __builtin_memcpy(&u, &x, sizeof u);
-    return u;
-#endif
+  // memcpy is the defined way to reinterpret bits; compilers (nvcc too) make it a register move.
+  template <typename To, typename From>
+  static INDUCTOR_LAMB_HD To bit_cast(const From& x) {
+    To y;
+    __builtin_memcpy(&y, &x, sizeof y);
+    return y;
   }
-  static INDUCTOR_LAMB_HD float as_float(U u) {
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float x;
-    __builtin_memcpy(&x, &u, sizeof x);
-    return x;
-#endif
-  }
+  static INDUCTOR_LAMB_HD U as_bits(float x) { return bit_cast<U>(x); }
+  static INDUCTOR_LAMB_HD float as_float(U u) { return bit_cast<float>(u); }
   static INDUCTOR_LAMB_HD U less_than(U a, U b) { return a < b ? 0xffffffffu : 0u; }
   static INDUCTOR_LAMB_HD U select(U mask, U a, U b) { return (mask & a) | (~mask & b); }
   static INDUCTOR_LAMB_HD U min(U a, U b) { return a < b ? a : b; }

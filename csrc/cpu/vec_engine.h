@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 
 #include "common/rounding.h"
 #include "cpu/types.h"
@@ -79,52 +80,53 @@ struct VecIO<float> {
 // even): tests/test_fp8_avx2.py checks the AVX2 codec on every float32,
 // tests/test_lamb16_op.py every ISA through the op.
 template <typename T>
-struct Fp8Codec;
-// The generic build decodes through a table of all 256 codes (built once from
-// c10's decoder, so the same bits): a load instead of c10's per-element branches.
-template <float (*Decode)(uint8_t)>
-struct Fp8Table {
-  float value[256];
-  Fp8Table() {
-    for (int c = 0; c < 256; ++c) value[c] = Decode(static_cast<uint8_t>(c));
-  }
-};
-template <>
-struct Fp8Codec<c10::Float8_e4m3fn> {
+struct Fp8Codec {
+  static constexpr bool kE4M3 = std::is_same_v<T, c10::Float8_e4m3fn>;
+  static_assert(kE4M3 || std::is_same_v<T, c10::Float8_e5m2>);
+
+  // One element (the generic build, and the tails): decoded through a table of all
+  // 256 codes (built once from c10's decoder, so the same bits), a load instead of
+  // c10's per-element branches; encoded by c10.
   static float to_float(uint8_t x) { return table.value[x]; }
-  static inline const Fp8Table<c10::detail::fp8e4m3fn_to_fp32_value> table;
-  static uint8_t from_float(float x) { return c10::detail::fp8e4m3fn_from_fp32_value(x); }
+  static uint8_t from_float(float x) {
+    return kE4M3 ? c10::detail::fp8e4m3fn_from_fp32_value(x) : c10::detail::fp8e5m2_from_fp32_value(x);
+  }
 #if defined(CPU_CAPABILITY_AVX512)
-  // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
-  // and branches): S EEEE MMM placed as float16 S 0EEEE MMM0000000 is the same
-  // value times 2^-8, subnormals included; 0x7F / 0xFF (NaN) are patched back.
   static void to_float(const __m128i& x, __m512& o) {
-    const __m256i h = _mm256_cvtepu8_epi16(x);
-    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
-    const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))),
-                                   _mm512_set1_ps(256.f));
-    o = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
-                           _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    if constexpr (kE4M3) {
+      // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
+      // and branches): S EEEE MMM placed as float16 S 0EEEE MMM0000000 is the same
+      // value times 2^-8, subnormals included; 0x7F / 0xFF (NaN) are patched back.
+      const __m256i h = _mm256_cvtepu8_epi16(x);
+      const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
+      const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+      const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))),
+                                     _mm512_set1_ps(256.f));
+      o = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
+                             _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    } else {
+      at::vec::cvtfp8e5m2_fp32(x, o);
+    }
   }
-  static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e4m3(x); }
+  static __m128i from_float(const __m512& x) {
+    return kE4M3 ? at::vec::cvtfp32_fp8e4m3(x) : at::vec::cvtfp32_fp8e5m2(x);
+  }
 #elif defined(CPU_CAPABILITY_AVX2)
-  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<fp8_avx2::E4M3>(x, a, b); }
-  static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<fp8_avx2::E4M3>(a, b); }
+  using Grid = std::conditional_t<kE4M3, fp8_avx2::E4M3, fp8_avx2::E5M2>;
+  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<Grid>(x, a, b); }
+  static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<Grid>(a, b); }
 #endif
-};
-template <>
-struct Fp8Codec<c10::Float8_e5m2> {
-  static float to_float(uint8_t x) { return table.value[x]; }
-  static inline const Fp8Table<c10::detail::fp8e5m2_to_fp32_value> table;
-  static uint8_t from_float(float x) { return c10::detail::fp8e5m2_from_fp32_value(x); }
-#if defined(CPU_CAPABILITY_AVX512)
-  static void to_float(const __m128i& x, __m512& o) { at::vec::cvtfp8e5m2_fp32(x, o); }
-  static __m128i from_float(const __m512& x) { return at::vec::cvtfp32_fp8e5m2(x); }
-#elif defined(CPU_CAPABILITY_AVX2)
-  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<fp8_avx2::E5M2>(x, a, b); }
-  static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<fp8_avx2::E5M2>(a, b); }
-#endif
+
+ private:
+  struct Table {
+    float value[256];
+    Table() {
+      for (int c = 0; c < 256; ++c)
+        value[c] = kE4M3 ? c10::detail::fp8e4m3fn_to_fp32_value(uint8_t(c))
+                         : c10::detail::fp8e5m2_to_fp32_value(uint8_t(c));
+    }
+  };
+  static inline const Table table;
 };
 
 template <typename T>

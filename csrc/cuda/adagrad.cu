@@ -15,18 +15,17 @@ __global__ void update(Launch l, adagrad::Hyper h) {
 }
 
 __global__ void increment_steps(Launch l) {
-  const int32_t i = tensor_index();
-  if (i >= l.num_tensors || skip_step(l)) return;
+  const int32_t i = live_tensor(l);
+  if (i < 0) return;
   *l.tensors[i].step += 1.f;
 }
 
 }  // namespace
-}  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l,
-                                               const inductor_lamb::adagrad::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_chunks > 0) update<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_tensors > 0) increment_steps<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l);
+extern "C" int inductor_lamb_cuda_adagrad_step(const Launch* l, const adagrad::Hyper* h) {
+  on_chunks(update, *l, *h);
+  on_tensors(increment_steps, *l);
   return cudaGetLastError();
 }
+
+}  // namespace inductor_lamb::cuda

@@ -32,8 +32,8 @@ __global__ void grad_clip_kernel(Launch l, double max_norm) {
 }
 
 __global__ void finish_reductions_kernel(Launch l, int k, unsigned max_mask) {
-  const int32_t i = tensor_index();
-  if (i >= l.num_tensors || skip_step(l)) return;
+  const int32_t i = live_tensor(l);
+  if (i < 0) return;
   const TensorMeta& t = l.tensors[i];
   for (int j = 0; j < k; ++j)
     l.reductions[i * k + j] = (max_mask >> j) & 1u ? tensor_max(l, t, j) : float(tensor_sum(l, t, j));
@@ -43,12 +43,12 @@ __global__ void finish_reductions_kernel(Launch l, int k, unsigned max_mask) {
 }  // namespace
 
 cudaError_t launch_finish_reductions(const Launch& l, int k, unsigned max_mask) {
-  if (l.num_tensors > 0) finish_reductions_kernel<<<tensor_grid(l), kThreads, 0, l.stream>>>(l, k, max_mask);
+  on_tensors(finish_reductions_kernel, l, k, max_mask);
   return cudaGetLastError();
 }
 
 cudaError_t launch_grad_clip(const Launch& l, double max_norm) {
-  if (l.num_chunks > 0) grad_sumsq_kernel<<<chunk_grid(l), kThreads, 0, l.stream>>>(l);
+  on_chunks(grad_sumsq_kernel, l);
   grad_clip_kernel<<<1, kThreads, 0, l.stream>>>(l, max_norm);
   return cudaGetLastError();
 }

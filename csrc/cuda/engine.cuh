@@ -130,10 +130,30 @@ __device__ __forceinline__ void one_state_update(const BlockChunk& c, const Elem
   }
 }
 
-// Launch helpers: one block per chunk, one thread per tensor.
-inline dim3 chunk_grid(const Launch& l) { return dim3(static_cast<unsigned>(l.num_chunks)); }
-inline dim3 tensor_grid(const Launch& l) { return dim3(static_cast<unsigned>((l.num_tensors + kThreads - 1) / kThreads)); }
-__device__ __forceinline__ int32_t tensor_index() { return blockIdx.x * blockDim.x + threadIdx.x; }
+// Partials 0, 1, ... of this block's chunk: the block sums of the values.
+template <typename... V>
+__device__ __forceinline__ void write_sums(const Launch& l, V... v) {
+  int j = 0;
+  (write_partial(l, j++, v), ...);
+}
+
+// Launches on the launch's stream: one block per chunk, or one thread per tensor;
+// nothing where there is none (a grid of 0 blocks is an error).
+template <typename... P, typename... A>
+void on_chunks(void (*kernel)(Launch, P...), const Launch& l, const A&... args) {
+  if (l.num_chunks > 0) kernel<<<dim3(static_cast<unsigned>(l.num_chunks)), kThreads, 0, l.stream>>>(l, args...);
+}
+template <typename... P, typename... A>
+void on_tensors(void (*kernel)(Launch, P...), const Launch& l, const A&... args) {
+  const auto blocks = static_cast<unsigned>((l.num_tensors + kThreads - 1) / kThreads);
+  if (l.num_tensors > 0) kernel<<<dim3(blocks), kThreads, 0, l.stream>>>(l, args...);
+}
+// In an on_tensors kernel: this thread's tensor, or -1 (past the last one, or a
+// step that GradScaler skips).
+__device__ __forceinline__ int32_t live_tensor(const Launch& l) {
+  const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  return i < l.num_tensors && !skip_step(l) ? i : -1;
+}
 
 // The reduce phase's last launch (engine.cu): per tensor, column j of
 // l.reductions = the sum (or, where bit j of max_mask is set, the max) over its

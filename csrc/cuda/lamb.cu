@@ -34,13 +34,12 @@ __global__ void pass1(Launch l, lamb::Hyper h, bool clipped) {
     p_sq += p * p;
     u_sq += u * u;
   }
-  write_partial(l, 0, p_sq);
-  write_partial(l, 1, u_sq);
+  write_sums(l, p_sq, u_sq);
 }
 
 __global__ void coeffs(Launch l, lamb::Hyper h) {
-  const int32_t i = tensor_index();
-  if (i >= l.num_tensors || skip_step(l)) return;
+  const int32_t i = live_tensor(l);
+  if (i < 0) return;
   const double step = double(*l.tensors[i].step);  // incremented by the reduce phase
   float* k = l.coeffs + i * kCoeffs;
   k[kInvBc1] = lamb::inv_bias_correction(*h.beta1, step, h.bias_correction);
@@ -64,21 +63,20 @@ __global__ void pass2(Launch l, lamb::Hyper h) {
 }
 
 }  // namespace
-}  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h) {
-  using namespace inductor_lamb::cuda;
+extern "C" int inductor_lamb_cuda_lamb_reduce(const Launch* l, const lamb::Hyper* h) {
   const bool clipped = h->max_grad_norm > 0;
   if (clipped) {
     if (cudaError_t e = launch_grad_clip(*l, h->max_grad_norm)) return e;
   }
-  if (l->num_chunks > 0) pass1<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h, clipped);
-  return launch_finish_reductions(*l, inductor_lamb::lamb::kReductions, 0u);
+  on_chunks(pass1, *l, *h, clipped);
+  return launch_finish_reductions(*l, lamb::kReductions, 0u);
 }
 
-extern "C" int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_chunks > 0) pass2<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+extern "C" int inductor_lamb_cuda_lamb_apply(const Launch* l, const lamb::Hyper* h) {
+  on_tensors(coeffs, *l, *h);
+  on_chunks(pass2, *l, *h);
   return cudaGetLastError();
 }
+
+}  // namespace inductor_lamb::cuda

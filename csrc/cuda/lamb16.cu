@@ -50,15 +50,14 @@ __global__ void pass1(Launch l, lamb16::Hyper h) {
     m_max = nan_max(m_max, fabsf(m));
     v_max = nan_max(v_max, v);
   }
-  write_partial(l, 0, p_sq);
-  write_partial(l, 1, u_sq);
+  write_sums(l, p_sq, u_sq);
   write_partial<MaxOp>(l, 2, m_max);
   write_partial<MaxOp>(l, 3, v_max);
 }
 
 __global__ void coeffs(Launch l, lamb16::Hyper h) {
-  const int32_t i = tensor_index();
-  if (i >= l.num_tensors || skip_step(l)) return;
+  const int32_t i = live_tensor(l);
+  if (i < 0) return;
   const TensorMeta& t = l.tensors[i];
   const float* r = l.reductions + lamb16::kReductions * i;  // ||p||^2, ||u||^2, amax |m|, amax v
   float* k = l.coeffs + i * kCoeffs;
@@ -99,19 +98,16 @@ __global__ void pass2(Launch l, lamb16::Hyper h) {
 }
 
 }  // namespace
-}  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l,
-                                                const inductor_lamb::lamb16::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_chunks > 0) pass1<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  return launch_finish_reductions(*l, inductor_lamb::lamb16::kReductions, inductor_lamb::lamb16::kMaxColumns);
+extern "C" int inductor_lamb_cuda_lamb16_reduce(const Launch* l, const lamb16::Hyper* h) {
+  on_chunks(pass1, *l, *h);
+  return launch_finish_reductions(*l, lamb16::kReductions, lamb16::kMaxColumns);
 }
 
-extern "C" int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l,
-                                               const inductor_lamb::lamb16::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_chunks > 0) pass2<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+extern "C" int inductor_lamb_cuda_lamb16_apply(const Launch* l, const lamb16::Hyper* h) {
+  on_tensors(coeffs, *l, *h);
+  on_chunks(pass2, *l, *h);
   return cudaGetLastError();
 }
+
+}  // namespace inductor_lamb::cuda

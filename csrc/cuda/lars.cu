@@ -25,13 +25,12 @@ __global__ void norms(Launch l, lars::Hyper h) {
     p_sq += p * p;
     g_sq += g * g;
   }
-  write_partial(l, 0, p_sq);
-  write_partial(l, 1, g_sq);
+  write_sums(l, p_sq, g_sq);
 }
 
 __global__ void coeffs(Launch l, lars::Hyper h) {
-  const int32_t i = tensor_index();
-  if (i >= l.num_tensors || skip_step(l)) return;
+  const int32_t i = live_tensor(l);
+  if (i < 0) return;
   l.coeffs[i * kCoeffs + kLocalLr] =
       lars::local_lr(h, l.tensors[i].options, *l.lr, l.reductions[2 * i], l.reductions[2 * i + 1]);
 }
@@ -44,17 +43,16 @@ __global__ void update(Launch l, lars::Hyper h) {
 }
 
 }  // namespace
-}  // namespace inductor_lamb::cuda
 
-extern "C" int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_chunks > 0) norms<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  return launch_finish_reductions(*l, inductor_lamb::lars::kReductions, 0u);
+extern "C" int inductor_lamb_cuda_lars_reduce(const Launch* l, const lars::Hyper* h) {
+  on_chunks(norms, *l, *h);
+  return launch_finish_reductions(*l, lars::kReductions, 0u);
 }
 
-extern "C" int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h) {
-  using namespace inductor_lamb::cuda;
-  if (l->num_tensors > 0) coeffs<<<tensor_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
-  if (l->num_chunks > 0) update<<<chunk_grid(*l), kThreads, 0, l->stream>>>(*l, *h);
+extern "C" int inductor_lamb_cuda_lars_apply(const Launch* l, const lars::Hyper* h) {
+  on_tensors(coeffs, *l, *h);
+  on_chunks(update, *l, *h);
   return cudaGetLastError();
 }
+
+}  // namespace inductor_lamb::cuda
