@@ -1,5 +1,6 @@
 """benchmarks/large_batch.py --quick runs end to end and writes its JSON (no timing
-or accuracy is asserted: the study itself is not part of the test suite)."""
+or accuracy is asserted: the study itself is not part of the test suite), and its torchao
+rows quantize the model's state."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,3 +32,21 @@ def test_quick_run_writes_its_json(tmp_path):
     assert result["cost"]["mnist"]["Lamb16"]["state_bytes_per_param"] == pytest.approx(2.0, abs=0.05)
     assert set(result["mnist"]["write_up"]) == {"batch 1024", "batch 128"}
     assert (tmp_path / "large_batch.png").stat().st_size > 0
+
+
+def test_torchao_block_size_quantizes_every_large_tensor():
+    """torchao keeps float32 state for a tensor its block does not divide: the study picks a
+    block that divides every tensor torchao would quantize, so its low-bit rows are low-bit."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import large_batch
+
+    model = torch.nn.Sequential(torch.nn.Linear(800, 500), torch.nn.Linear(500, 10), torch.nn.Conv2d(20, 50, 5))
+    block = large_batch.torchao_block_size(model)  # 400,000, 5,000 and 25,000 elements (biases too small)
+    assert block == 250 and all(p.numel() % block == 0 for p in model.parameters() if p.numel() >= 4096)
+    assert large_batch.torchao_block_size(torch.nn.Linear(3, 3)) == 256  # nothing to quantize: torchao's default
+    if importlib.util.find_spec("torchao") is not None:
+        opt = large_batch.optimizers()["AdamW8bit"](model, 1e-3)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+        assert large_batch.state_bytes_per_param(opt) < 2.2  # 8-bit codes and scales, not float32
