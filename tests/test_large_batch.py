@@ -31,6 +31,7 @@ def test_quick_run_writes_its_json(tmp_path):
         assert set(result["cost"][task]) == {"AdamW", "Lamb16", "Lars"}
     assert result["cost"]["mnist"]["Lamb16"]["state_bytes_per_param"] == pytest.approx(2.0, abs=0.05)
     assert set(result["mnist"]["write_up"]) == {"batch 1024", "batch 128"}
+    assert len(result["mnist"]["ablation"]) == 4  # LAMB16's variants besides the write-up's own runs
     assert (tmp_path / "large_batch.png").stat().st_size > 0
 
 
