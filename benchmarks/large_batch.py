@@ -384,13 +384,17 @@ def report(out: dict) -> None:
 
 
 def plot(out: dict, path: str) -> None:
+    """Accuracy (loss) against batch size per task; LAMB16's ablation as bars when present."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tasks = [t for t in ("mnist", "lm") if t in out]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.2), squeeze=False)
+    ablation = out.get("mnist", {}).get("ablation")
+    fig, axes = plt.subplots(1, len(tasks) + bool(ablation), figsize=(6.5 * (len(tasks) + bool(ablation)), 4.4),
+                             squeeze=False)
+    floor = 90.0  # MNIST accuracies below it (divergence) are drawn on the floor, with their value
     for ax, task in zip(axes[0], tasks):
         metric, scale = ("test_acc", 100) if task == "mnist" else ("val_loss", 1)
         for name, r in out[task]["scaled"].items():
@@ -400,12 +404,35 @@ def plot(out: dict, path: str) -> None:
                 if vals:
                     xs.append(b)
                     ys.append(statistics.fmean(vals))
-            ax.plot(xs, ys, marker="o", label=name)
+            if task == "mnist":
+                line = ax.plot(xs, [max(y, floor) for y in ys], marker="o", label=name)[0]
+                for x, y in zip(xs, ys):
+                    if y < floor:
+                        ax.annotate(f"{name}: {y:.1f}%", (x, floor), xytext=(-4, 6), textcoords="offset points",
+                                    ha="right", fontsize=8, color=line.get_color())
+            else:
+                ax.plot(xs, ys, marker="o", label=name)
         ax.set_xscale("log", base=2)
+        if task == "mnist":
+            ax.set_ylim(floor - 0.5, 100)
         ax.set(xlabel="batch size (lr scaled by sqrt of the batch ratio)",
                ylabel="test accuracy (%)" if task == "mnist" else "validation loss (nats/byte)",
                title=f"{task.upper()}: lr tuned once at batch {REFERENCE_BATCH[task]}")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if ablation:
+        ax, floor = axes[0][-1], 96.0
+        stated = out["mnist"].get("write_up", {}).get("batch 1024", {}).get("Lamb16", {})
+        rows = [(k, v) for k, v in {next(iter(ABLATION)): stated, **ablation}.items() if v]
+        means = [statistics.fmean(100 * x["test_acc"] for x in v.values()) for _, v in rows]
+        ax.barh(range(len(rows)), [max(m, floor) - floor for m in means], left=floor)
+        for i, m in enumerate(means):
+            ax.text(max(m, floor) + 0.05, i, f"{m:.2f}%", va="center", fontsize=8)
+        ax.axvline(100 * WRITE_UP["batch 1024"]["claim"], color="k", ls="--", lw=1, label="write-up's claim")
+        ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(floor, 100)
+        ax.set(xlabel="final test accuracy (%), mean of seeds", title="LAMB16, batch 1024, lr 0.02: one change at a time")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
