@@ -395,6 +395,7 @@ def plot(out: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(tasks) + bool(ablation), figsize=(6.5 * (len(tasks) + bool(ablation)), 4.4),
                              squeeze=False)
     floor = 90.0  # MNIST accuracies below it (divergence) are drawn on the floor, with their value
+    below = 0  # labels of the points on the floor, stacked
     for ax, task in zip(axes[0], tasks):
         metric, scale = ("test_acc", 100) if task == "mnist" else ("val_loss", 1)
         for name, r in out[task]["scaled"].items():
@@ -408,8 +409,9 @@ def plot(out: dict, path: str) -> None:
                 line = ax.plot(xs, [max(y, floor) for y in ys], marker="o", label=name)[0]
                 for x, y in zip(xs, ys):
                     if y < floor:
-                        ax.annotate(f"{name}: {y:.1f}%", (x, floor), xytext=(-4, 6), textcoords="offset points",
-                                    ha="right", fontsize=8, color=line.get_color())
+                        ax.annotate(f"{name}: {y:.1f}%", (x, floor), xytext=(-4, 6 + 11 * below),
+                                    textcoords="offset points", ha="right", fontsize=8, color=line.get_color())
+                        below += 1
             else:
                 ax.plot(xs, ys, marker="o", label=name)
         ax.set_xscale("log", base=2)
