@@ -354,7 +354,7 @@ def report(out: dict) -> None:
             cells = []
             for b in batches:
                 runs = r.get(str(b), {})
-                vals = [scale * x[metric] for x in runs.values() if x["finite"]]
+                vals = [scale * x[metric] for x in runs.values() if x["finite"] or task == "mnist"]
                 cells.append(mean_std(vals) if vals else ("diverged" if runs else "-"))
             print(f"| {name} | {r['best_lr']} | " + " | ".join(cells) + " |")
         for setting, by_opt in res.get("write_up", {}).items():
@@ -401,7 +401,8 @@ def plot(out: dict, path: str) -> None:
         for name, r in out[task]["scaled"].items():
             xs, ys = [], []
             for b in sorted((int(b) for b in r if b != "best_lr")):
-                vals = [scale * x[metric] for x in r[str(b)].values() if x["finite"]]
+                # (a diverged MNIST run still has its accuracy; a diverged LM run no loss)
+                vals = [scale * x[metric] for x in r[str(b)].values() if x["finite"] or task == "mnist"]
                 if vals:
                     xs.append(b)
                     ys.append(statistics.fmean(vals))
