@@ -39,8 +39,10 @@ import inductor_lamb  # noqa: E402
 from inductor_lamb import reference  # noqa: E402
 
 # Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
-# torchao's 8-bit AdamWs: p and g (12) plus two 1-byte moments read and written (4).
-BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20, "adamw8": 16}
+# torchao's low-bit AdamWs: p and g (12) plus two 1-byte (8-bit, FP8) or half-byte (4-bit)
+# moments read and written (4 or 2).
+BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20, "adamw8": 16,
+                   "adamw4": 14}
 
 
 def make_state(shapes, seed=0, kind="lamb", device="cpu"):
@@ -106,7 +108,8 @@ def peer_rows(kind, shapes, device="cpu") -> list[tuple[str, int, Callable[[], C
                      lambda: torch.compile(torch_optimizer(timm_lamb, shapes, device, lr=1e-4, max_grad_norm=None))))
     if kind == "lamb16":
         for name, cls in torchao_low_bit().items():
-            rows.append((name, BYTES_PER_PARAM["adamw8"], lambda cls=cls: torch_optimizer(cls, shapes, device, lr=1e-4)))
+            floor = BYTES_PER_PARAM["adamw4" if name.endswith("4bit") else "adamw8"]
+            rows.append((name, floor, lambda cls=cls: torch_optimizer(cls, shapes, device, lr=1e-4)))
     return rows
 
 

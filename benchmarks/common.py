@@ -136,7 +136,7 @@ def timm_lamb_class():
 def torchao_low_bit():
     """torchao's low-bit AdamWs (name -> class), or {} when torchao is not installed."""
     try:
-        from torchao.optim import AdamW8bit, AdamWFp8
+        from torchao.optim import AdamW4bit, AdamW8bit, AdamWFp8
     except ImportError:
         return {}
-    return {"torchao AdamW8bit": AdamW8bit, "torchao AdamWFp8": AdamWFp8}
+    return {"torchao AdamW8bit": AdamW8bit, "torchao AdamWFp8": AdamWFp8, "torchao AdamW4bit": AdamW4bit}

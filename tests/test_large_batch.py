@@ -45,9 +45,12 @@ def test_torchao_block_size_quantizes_every_large_tensor():
     block = large_batch.torchao_block_size(model)  # 400,000, 5,000 and 25,000 elements (biases too small)
     assert block == 250 and all(p.numel() % block == 0 for p in model.parameters() if p.numel() >= 4096)
     assert large_batch.torchao_block_size(torch.nn.Linear(3, 3)) == 256  # nothing to quantize: torchao's default
+    assert large_batch.torchao_block_size(model, largest=128) == 125  # the 4-bit AdamW's default is 128
     if importlib.util.find_spec("torchao") is not None:
-        opt = large_batch.optimizers()["AdamW8bit"](model, 1e-3)
         for p in model.parameters():
             p.grad = torch.randn_like(p)
-        opt.step()
-        assert large_batch.state_bytes_per_param(opt) < 2.2  # 8-bit codes and scales, not float32
+        # codes and scales, not float32 (the biases, under 4096 elements, stay float32)
+        for name, most in (("AdamW8bit", 2.2), ("AdamW4bit", 1.2)):
+            opt = large_batch.optimizers()[name](model, 1e-3)
+            opt.step()
+            assert large_batch.state_bytes_per_param(opt) < most, name
