@@ -26,10 +26,10 @@ The optimizers: torch's fused AdamW, Lamb, Lamb16, Lars, and torchao's AdamW8bit
 AdamWFp8 and AdamW4bit (skipped, with a message, when torchao is not installed:
 ``pip install --no-deps torchao``).
 
-Runtime: about 100 MNIST runs of 2-6 minutes and 42 language-model runs of 2-7 minutes, some
-9 hours on 2 cores. Independent runs go ``--workers`` at a time, each in its own process of
-``--threads`` threads, so the study scales with the cores (16 cores: ``--workers 8 --threads
-2``). Raw results go to the JSON after every run; ``--resume`` continues an interrupted study
+Runtime: 82 MNIST runs of 2-7 minutes and 42 language-model runs of 2-7 minutes, about 8
+hours of single-run time; about 5 hours on 2 cores as ``--workers 2 --threads 1``.
+Independent runs go ``--workers`` at a time, each in its own process of ``--threads``
+threads, so the study scales with the cores (16 cores: ``--workers 8 --threads 2``). Raw results go to the JSON after every run; ``--resume`` continues an interrupted study
 from it, and ``--parts``, ``--tasks``, ``--optimizers`` and ``--batches`` split it into pieces.
 """
 
