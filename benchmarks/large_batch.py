@@ -30,7 +30,8 @@ Runtime: 82 MNIST runs of 2-7 minutes and 42 language-model runs of 2-7 minutes,
 hours of single-run time; about 5 hours on 2 cores as ``--workers 2 --threads 1``.
 Independent runs go ``--workers`` at a time, each in its own process of ``--threads``
 threads, so the study scales with the cores (16 cores: ``--workers 8 --threads 2``). Raw
-results go to the JSON after every run; ``--resume`` continues an interrupted study from it, and ``--parts``, ``--tasks``, ``--optimizers`` and ``--batches`` split it into pieces.
+results go to the JSON after every run; ``--resume`` continues an interrupted study from it,
+and ``--parts``, ``--tasks``, ``--optimizers`` and ``--batches`` split it into pieces.
 """
 
 from __future__ import annotations
