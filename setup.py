@@ -7,8 +7,14 @@
   namespace; the glue picks one at run time, so one build runs on any x86-64.
 * The CUDA part (``csrc/cuda``: the kernels' ``.cu`` files and the
   ``TORCH_LIBRARY_IMPL(lamb, CUDA)`` glue) is added only when the installed
-  torch has CUDA and nvcc is found (``INDUCTOR_LAMB_NO_CUDA=1`` skips it); the
-  CPU torch wheel builds CPU only.
+  torch has CUDA and a CUDA toolkit is found (``INDUCTOR_LAMB_NO_CUDA=1`` skips
+  it); the CPU torch wheel builds CPU only. Without ``TORCH_CUDA_ARCH_LIST``
+  the kernels are built for the visible GPUs, or with none visible (a build
+  node, a CUDA torch on a CPU machine) for ``DEFAULT_CUDA_ARCHS``.
+* The C++ standard is the installed torch's own (torch's ``BuildExtension``
+  picks the one its headers need: C++17 up to torch 2.13's, C++20 from 2.14).
+* The module carries the torch it was built against (``build_info.h``), so that
+  importing it under another torch says so clearly.
 
 Build with ``pip install --no-build-isolation .`` so the installed torch is used.
 """
@@ -16,17 +22,53 @@ Build with ``pip install --no-build-isolation .`` so the installed torch is used
 from __future__ import annotations
 
 import glob
+import json
 import os
 import platform
+import shutil
+import subprocess
 
 import torch
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+
+def find_cuda_home() -> str | None:
+    """The CUDA toolkit's folder. torch guesses it from ``CUDA_HOME`` or the folder above the
+    ``nvcc`` on PATH, which is wrong where that ``nvcc`` is a wrapper script or a link farm
+    (``/usr/local/bin/nvcc``: torch then looks for ``cuda_runtime_api.h`` under ``/usr/local``).
+    A guess without the runtime headers falls back to the usual install folders."""
+    def is_toolkit(path: str | None) -> bool:
+        return bool(path) and os.path.isfile(os.path.join(path, "include", "cuda_runtime_api.h")) and \
+            os.path.isfile(os.path.join(path, "bin", "nvcc"))
+
+    given = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if given:
+        return given  # the user's choice, right or wrong (torch then says what is missing)
+    nvcc = shutil.which("nvcc")
+    candidates = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))] if nvcc else []
+    if torch.version.cuda:
+        candidates.append(f"/usr/local/cuda-{torch.version.cuda}")
+    candidates.append("/usr/local/cuda")
+    return next((c for c in candidates if is_toolkit(c)), None)
+
+
+# Before torch.utils.cpp_extension reads it at import.
+_CUDA_HOME = find_cuda_home() if torch.version.cuda else None
+if _CUDA_HOME is not None:
+    os.environ["CUDA_HOME"] = _CUDA_HOME
+
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
 
-COMMON_FLAGS = ["-O3", "-g0", "-fopenmp", "-std=c++17", "-Wno-unused-function"]
+# No -std: torch's BuildExtension adds the standard its own headers need (and nvcc takes one -std only).
+COMMON_FLAGS = ["-O3", "-g0", "-fopenmp", "-Wno-unused-function"]
+
+# The CUDA architectures of a build that sees no GPU and has no TORCH_CUDA_ARCH_LIST: A100
+# (sm_80), H100/H200 (sm_90), B200 (sm_100), with PTX of the newest for later GPUs (JIT-compiled
+# by the driver on first use). Architectures the found nvcc cannot build are left out.
+DEFAULT_CUDA_ARCHS = ["8.0", "9.0", "10.0"]
 
 # Per-ISA flags, as ATen uses for its own CPU_CAPABILITY kernels.
 IS_X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -63,6 +105,34 @@ def kernel_sources() -> list[str]:
 
 def with_cuda() -> bool:
     return torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("INDUCTOR_LAMB_NO_CUDA", "0") != "1"
+
+
+def cuda_arch_list() -> str:
+    """``TORCH_CUDA_ARCH_LIST`` when set; the visible GPUs' when there are any (torch's own
+    rule); else ``DEFAULT_CUDA_ARCHS`` that this nvcc supports, PTX on the newest."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if given:
+        return given
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        return ";".join(f"{major}.{minor}" for major, minor in caps)
+    listed = subprocess.run([os.path.join(CUDA_HOME, "bin", "nvcc"), "--list-gpu-arch"], capture_output=True,
+                            text=True).stdout.split()
+    archs = [a for a in DEFAULT_CUDA_ARCHS if f"compute_{a.replace('.', '')}" in listed] or DEFAULT_CUDA_ARCHS[:1]
+    return ";".join(archs[:-1] + [archs[-1] + "+PTX"])
+
+
+def build_info_header(folder: str, cuda_archs: str | None) -> str:
+    """Writes ``build_info.h`` into ``folder``: what the module is built against, as one
+    string that ``inductor_lamb/_build.py`` reads from the module's file before loading it."""
+    info = f"torch={torch.__version__};cuda={torch.version.cuda if cuda_archs else ''};cuda_archs={cuda_archs or ''}"
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "build_info.h")
+    text = f'#pragma once\n#define INDUCTOR_LAMB_BUILD_INFO "{info}"\n'
+    if not os.path.exists(path) or open(path).read() != text:  # unchanged: no rebuild of ops.cpp
+        with open(path, "w") as f:
+            f.write(text)
+    return folder
 
 
 def cuda_sources() -> list[str]:
@@ -109,6 +179,9 @@ class BuildExt(BuildExtension):
     """
 
     def build_extension(self, ext):
+        archs = os.environ.get("TORCH_CUDA_ARCH_LIST") if with_cuda() else None
+        ext.include_dirs = list(ext.include_dirs) + [build_info_header(os.path.abspath(os.path.join(self.build_temp, "generated")),
+                                                                       archs)]
         isa_objects = []
         vector_flags = supported_flags(list(self.compiler.compiler_so[:1]), VECTOR_FLAGS_IF_SUPPORTED)
         for isa, flags in ISA_FLAGS.items():
@@ -141,7 +214,9 @@ def extensions():
         py_limited_api=True,
     )
     if with_cuda():
-        kwargs["extra_compile_args"]["nvcc"] = ["-O3", "-std=c++17", "-lineinfo"]
+        # torch's BuildExtension reads the list from the environment when it compiles.
+        os.environ["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
+        kwargs["extra_compile_args"]["nvcc"] = ["-O3", "-lineinfo"]
         return [CUDAExtension("inductor_lamb._C", glue_sources() + cuda_sources(), **kwargs)]
     return [CppExtension("inductor_lamb._C", glue_sources(), **kwargs)]
 

@@ -56,6 +56,7 @@ sys.path.insert(0, str(HERE))
 from common import bench, machine_line, torchao_low_bit  # noqa: E402
 
 import inductor_lamb  # noqa: E402
+from inductor_lamb.memory import state_bytes_per_param, torchao_block_size  # noqa: E402
 
 WEIGHT_DECAY = 0.01
 REFERENCE_BATCH = {"mnist": 1024, "lm": 32}
@@ -107,35 +108,9 @@ def optimizers(decay_all: bool = False) -> dict[str, Callable[[nn.Module, float]
     return out
 
 
-def torchao_block_size(model: nn.Module, largest: int = 256) -> int:
-    """The largest quantization block (at most torchao's default, 256 or 128 for 4-bit) that divides every
-    tensor torchao quantizes (those of 4096 elements or more). torchao keeps a tensor's state
-    in float32 when its block does not divide it: with the default block, none of the MNIST
-    CNN's tensors would be quantized and the low-bit AdamWs would be plain AdamW."""
-    g = 0
-    for p in model.parameters():
-        if p.numel() >= 4096:
-            g = math.gcd(g, p.numel())
-    return max(d for d in range(1, largest + 1) if g % d == 0) if g else largest
-
-
 def warmup_cosine(total: int) -> Callable[[int], float]:
     warm = max(1, total // 20)
     return lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
-
-
-def state_bytes_per_param(opt: torch.optim.Optimizer) -> float:
-    """Bytes of every tensor in the optimizer's state (torchao's quantized state counted by
-    its codes and scales) per optimized element."""
-    def nbytes(t) -> int:
-        inner = getattr(t, "__tensor_flatten__", None)
-        if inner is not None and type(t) is not torch.Tensor and type(t) is not nn.Parameter:
-            return sum(nbytes(getattr(t, name)) for name in inner()[0])
-        return t.numel() * t.element_size()
-
-    n = sum(p.numel() for group in opt.param_groups for p in group["params"])
-    total = sum(nbytes(v) for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
-    return total / n
 
 
 # ---- MNIST ---------------------------------------------------------------------------------------

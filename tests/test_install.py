@@ -1,0 +1,51 @@
+"""What the build records and registers: the torch the module was built against (read from
+its file before loading), the CUDA kernels of a CUDA build, and the clear error for a module
+built against another torch. (The wheel built and installed with no compiler: .ci/run and
+tests/wheel_smoke.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import inductor_lamb
+from inductor_lamb import _build
+from inductor_lamb.spec import SPECS
+
+
+def test_build_info_is_the_installed_torch():
+    info = _build.build_info()
+    assert info["torch"] == torch.__version__
+    assert _build._parse(torch.ops.lamb._build_info()) == info  # the file's marker is the loaded module's
+
+
+@pytest.mark.parametrize("key", ["CPU", "CUDA"])
+def test_every_op_has_a_kernel_for_each_built_backend(key):
+    """A CPU build registers CPU kernels only; a build with CUDA kernels (a CUDA torch with a
+    toolkit, GPU or not) registers a CUDA kernel for every op too."""
+    built = key == "CPU" or "cuda" in _build.build_info()
+    for name in SPECS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"lamb::{name}", key) == built, (name, key)
+    if key == "CUDA" and built:
+        assert _build.build_info()["cuda"] == torch.version.cuda
+        assert _build.build_info()["cuda_archs"]
+
+
+@pytest.mark.parametrize("info, installed, cuda, says", [
+    ({"torch": "2.13.0+cpu"}, "2.14.1+cu130", "13.0", "built against torch 2.13.0+cpu, but torch 2.14.1+cu130"),
+    ({"torch": "2.14.1+cu130", "cuda": "13.0"}, "2.14.0+cpu", None, "built with CUDA kernels against torch 2.14.1"),
+    ({"torch": "2.14.1+cu130", "cuda": "13.0"}, "2.14.0+cu128", "12.8", None),  # same release: loads
+    ({"torch": "2.13.0+cpu"}, "2.13.1+cu130", "13.0", None),
+    ({}, "2.13.0", None, None),  # unrecorded: the loader decides
+])
+def test_mismatch(info, installed, cuda, says):
+    reason = _build.mismatch(info, installed, cuda)
+    assert reason == says if says is None else says in reason
+
+
+def test_a_module_for_another_torch_is_refused_before_loading(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.9.0+cpu")
+    with pytest.raises(ImportError, match=r"built against torch .*, but torch 2\.9\.0\+cpu is installed; rebuild it "
+                                          r"against the installed torch: .*pip install --no-build-isolation -e \."):
+        _build.load_extension()
+    assert inductor_lamb._C is not None
