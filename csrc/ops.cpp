@@ -10,6 +10,9 @@
 // (PrivateUse3): the fake implementations (inductor_lamb/ops.py) redispatch to
 // them, so every compile path runs the kernels' checks at trace time.
 #include <Python.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
 #include <string>
@@ -89,6 +92,71 @@ void check_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     out = at::empty({int64_t(a.size()), int64_t(a.contract().reductions.size())},
                     at::TensorOptions().dtype(at::kFloat).device(a.device()));
   a.finish(stack, std::move(out));
+}
+
+// ---- in-place updates, as torch's own in-place ops make them ----
+//
+// Every tensor of an op's written ((a!)) arguments, with its argument name and list index.
+template <typename F>
+void for_each_written(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, F f) {
+  const auto& schema = op.schema();
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (!schema.is_mutable({c10::SchemaArgType::input, k})) continue;
+    const std::string& name = schema.arguments()[k].name();
+    if (args[k].isTensor()) {
+      f(args[k].toTensor(), name, int64_t(-1));
+    } else if (args[k].isTensorList()) {
+      const auto list = args[k].toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) f(list.get(i), name, int64_t(i));
+    }
+  }
+}
+
+std::string where(const std::string& name, int64_t i) {
+  return i < 0 ? name : name + "[" + std::to_string(i) + "]";
+}
+
+std::string op_name(const c10::OperatorHandle& op) {  // "lamb_step_", as the checks name it
+  const std::string& full = op.schema().name();
+  return full.substr(full.find("::") + 2);
+}
+
+// Autograd: an optimizer step is not differentiable, and writing a tensor that autograd
+// tracks would silently cut it from the graph: refused while grad mode is on (the
+// optimizers step under no_grad, as torch.optim's do).
+void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  if (at::GradMode::is_enabled()) {
+    const std::vector<c10::IValue> args(stack->end() - op.schema().arguments().size(), stack->end());
+    for_each_written(op, args, [&](const at::Tensor& t, const std::string& name, int64_t i) {
+      TORCH_CHECK(!t.defined() || !t.requires_grad(), op_name(op), ": ", where(name, i),
+                  " requires grad and grad mode is on", t.is_leaf() ? " (a leaf Variable that requires grad is being "
+                  "used in an in-place operation)" : "", "; the op updates it in place and is not differentiable: "
+                  "call it under torch.no_grad(), as optimizers do");
+    });
+  }
+  at::AutoDispatchBelowAutograd guard;
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
+// ADInplaceOrView: inference tensors are refused outside inference mode (before anything
+// is written), and every written tensor's version counter goes up, so that autograd
+// refuses a backward through a graph that saved one of them before the step.
+void inplace_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const std::vector<c10::IValue> args(stack->end() - op.schema().arguments().size(), stack->end());
+  if (!c10::InferenceMode::is_enabled())
+    for_each_written(op, args, [&](const at::Tensor& t, const std::string& name, int64_t i) {
+      TORCH_CHECK(!t.defined() || !t.is_inference(), op_name(op), ": ", where(name, i),
+                  " is an inference tensor: inplace update to inference tensor outside InferenceMode is not "
+                  "allowed (make it a normal tensor with .clone() outside inference mode, or step inside "
+                  "torch.inference_mode())");
+    });
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for_each_written(op, args, [](const at::Tensor& t, const std::string&, int64_t) {
+    if (t.defined()) t.unsafeGetTensorImpl()->bump_version();
+  });
 }
 
 // force < 0: query. Returns the active capability (0 generic, 1 AVX2, 2 AVX512).
@@ -183,6 +251,18 @@ TORCH_LIBRARY(lamb, m) {
   m.def("_build_info() -> str", &inductor_lamb::build_info);
   m.def("_cpu_capability(int force=-1) -> int", &inductor_lamb::cpu_capability);
   m.def("_max_cpu_capability() -> int", &inductor_lamb::max_cpu_capability);
+}
+
+TORCH_LIBRARY_IMPL(lamb, Autograd, m) {
+  for (const auto& c : inductor_lamb::contracts())
+    for (const char* op : {c.step, c.reduce, c.apply})
+      if (op != nullptr) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inductor_lamb::autograd_kernel>());
+}
+
+TORCH_LIBRARY_IMPL(lamb, ADInplaceOrView, m) {
+  for (const auto& c : inductor_lamb::contracts())
+    for (const char* op : {c.step, c.reduce, c.apply})
+      if (op != nullptr) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inductor_lamb::inplace_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(lamb, PrivateUse3, m) {

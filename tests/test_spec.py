@@ -79,6 +79,19 @@ def _set(list_index, i, value):
     return mutate
 
 
+def _alias(args, dst, src):
+    """Makes list entry ``dst`` (list, index) the very tensor at ``src``, with the other
+    lists of index dst[1] given src's shapes (so only the sharing is wrong)."""
+    (dl, di), (sl, si) = dst, src
+    if di != si:
+        for k, lst in enumerate(args):
+            if isinstance(lst, list):
+                args[k] = list(lst)
+                args[k][di] = lst[si].clone()
+    args[dl] = list(args[dl])
+    args[dl][di] = args[sl][si]
+
+
 def _kw(**values):
     def mutate(args, kw):
         kw.update({k: v() if callable(v) else v for k, v in values.items()})
@@ -140,6 +153,20 @@ BAD = {
     "reductions_rows": ("lamb16_apply_", lambda a, k: a.__setitem__(7, torch.rand(2, 4)),
                         "reductions must have shape [3, 4] (params x partial reductions), got [2, 4]"),
     "reductions_dtype": ("lars_apply_", lambda a, k: a.__setitem__(3, a[3].double()), "reductions must be float32, got Double"),
+    # memory that what an op writes shares with anything else of the call (checked last)
+    "param_expanded": ("lamb_step_", _set(0, 1, lambda t: torch.randn(1).expand(5)),
+                       "params[1] has elements that share memory (an expanded or stride-0 view)"),
+    "state_expanded": ("lamb16_step_", _set(3, 1, lambda t: t[:1].expand(5)),
+                       "exp_avg_sqs[1] has elements that share memory (an expanded or stride-0 view)"),
+    "param_twice": ("lamb_step_", lambda a, k: _alias(a, (0, 2), (0, 0)), "params[0] and params[2] share memory"),
+    "param_is_its_state": ("lars_step_", lambda a, k: _alias(a, (2, 1), (0, 1)),
+                           "params[1] and momentum_buffers[1] share memory"),
+    "overlapping_views": ("adagrad_step_", lambda a, k: a[0].__setitem__(1, a[0][0].view(-1)[3:8]),
+                          "params[0] and params[1] share memory"),
+    "grad_is_param": ("lamb16_step_", lambda a, k: _alias(a, (1, 0), (0, 0)), "params[0] and grads[0] share memory"),
+    "master_is_param": ("adagrad_step_", lambda a, k: k.__setitem__("master_params", list(a[0])),
+                        "params[0] and master_params[0] share memory"),
+    "step_twice": ("lamb_reduce_", lambda a, k: _alias(a, (4, 2), (4, 0)), "steps[0] and steps[2] share memory"),
 }
 
 

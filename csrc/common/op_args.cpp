@@ -1,6 +1,10 @@
 #include "common/op_args.h"
 
+#include <ATen/MemoryOverlap.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace inductor_lamb {
@@ -82,6 +86,93 @@ class ArgChecker {
 
   const char* op_;
 };
+
+// ---- memory overlap ----
+//
+// What an op writes must not share memory with anything else of the call: the kernels
+// read and write each tensor as if it were alone (a param given twice would be updated
+// twice, a param that is its own state would be read after it was written). One tensor's
+// memory is the byte range from its first to its last element: an absolute address range
+// for tensors with data, a range of its storage for those without (the fake tensors of a
+// trace, which keep the aliasing of the real ones). Ranges are sorted, so a call of n
+// tensors costs n log n. Two ranges that meet overlap for sure when both tensors are
+// non-overlapping and dense (their elements fill their ranges) or are the same view; other
+// meeting ranges (interleaved strided views, such as the columns of one matrix) are
+// accepted, as torch's own in-place ops accept what at::get_overlap_status cannot decide.
+struct Span {
+  uintptr_t storage;  // 0: absolute addresses; else the StorageImpl of a tensor without data
+  uintptr_t begin, end;
+  const at::Tensor* t;
+  bool written;
+  bool dense;
+  const char* name;
+  int64_t i;     // list index, or -1
+  size_t order;  // position in schema order
+};
+
+bool same_view(const Span& x, const Span& y) {
+  return x.begin == y.begin && x.t->sizes() == y.t->sizes() && x.t->strides() == y.t->strides();
+}
+
+void check_no_overlap(const OpArgs& a) {
+  const auto& args = a.schema().arguments();
+  std::vector<Span> spans;
+  auto add = [&](const at::Tensor& t, const char* name, int64_t i, bool written) {
+    if (!t.defined() || t.layout() != at::kStrided) return;
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (impl->has_symbolic_sizes_strides() || !t.has_storage() || t.numel() == 0) return;  // (dynamic traces)
+    if (written)
+      TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, a.op(), ": ", Where{name, i},
+                  " has elements that share memory (an expanded or stride-0 view) and the op writes it; give it "
+                  "memory of its own (.clone())");
+    const int64_t item = int64_t(t.element_size());
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const void* data = t.storage().data();
+    const uintptr_t base = data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0;
+    const uintptr_t begin = base + uintptr_t(t.storage_offset() * item);
+    spans.push_back({data != nullptr ? 0 : reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()), begin,
+                     begin + uintptr_t((last + 1) * item), &t, written, t.is_non_overlapping_and_dense(), name, i,
+                     spans.size()});
+  };
+  for (size_t k = 0; k < args.size(); ++k) {
+    const bool written = a.schema().is_mutable({c10::SchemaArgType::input, k});
+    const c10::IValue& v = a.at(k);
+    const char* name = args[k].name().c_str();
+    if (v.isTensor()) {
+      add(v.toTensor(), name, -1, written);
+    } else if (v.isTensorList()) {
+      const at::TensorList list = a.list(name);
+      for (size_t i = 0; i < list.size(); ++i) add(list[i], name, int64_t(i), written);
+    }
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) {
+    return x.storage != y.storage ? x.storage < y.storage : x.begin < y.begin;
+  });
+  // Every overlapping pair is seen; the one first in schema order is reported, so the error
+  // does not depend on addresses (eager and traced calls name the same pair).
+  std::vector<const Span*> open;  // earlier spans of this storage that reach past the current begin
+  std::pair<const Span*, const Span*> first{nullptr, nullptr};
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const Span& cur = spans[s];
+    if (s > 0 && spans[s - 1].storage != cur.storage) open.clear();
+    open.erase(std::remove_if(open.begin(), open.end(), [&](const Span* o) { return o->end <= cur.begin; }),
+               open.end());
+    for (const Span* o : open) {
+      if (!(o->written || cur.written) || !((o->dense && cur.dense) || same_view(*o, cur))) continue;
+      const Span* x = o->order < cur.order ? o : &cur;
+      const Span* y = x == o ? &cur : o;
+      if (first.first == nullptr || std::make_pair(x->order, y->order) <
+                                        std::make_pair(first.first->order, first.second->order))
+        first = {x, y};
+    }
+    open.push_back(&cur);
+  }
+  if (first.first != nullptr)
+    TORCH_CHECK(false, a.op(), ": ", Where{first.first->name, first.first->i}, " and ",
+                Where{first.second->name, first.second->i},
+                " share memory; every tensor the op writes needs memory of its own");
+}
 
 bool is_signed(const Contract& c, const std::string& name) {
   for (const char* s : c.signed_floats)
@@ -212,6 +303,7 @@ std::vector<StateList> check_call(const OpArgs& a, const at::Device& device) {
     }
   }
   if (a.phase() == Phase::Apply) chk.reductions(a.tensor("reductions"), n, c.reductions.size(), device);
+  check_no_overlap(a);
   return lists;
 }
 
