@@ -43,4 +43,4 @@ def set_cpu_capability(name: str) -> None:
     torch.ops.lamb._cpu_capability(_CAPABILITIES.index(name))
 
 
-_install_compile_path()
+_install_compile_path()  # (records the paths; Inductor is imported when compiling first needs it)

@@ -15,6 +15,7 @@ float32 ``[len(params), k]`` reductions (two-phase protocol: :mod:`inductor_lamb
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,10 +66,16 @@ def run_checks(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Tensor |
     return op.redispatch(_CHECKS, *args, **kwargs)
 
 
+# Called before an op is first traced: installs its compile paths (inductor_lamb._inductor
+# sets it, so that importing the package imports no Inductor).
+before_trace: Callable[[], None] = lambda: None
+
+
 def _register_fakes() -> None:
     for name, spec in SPECS.items():
 
         def fake(*args: Any, _op: torch._ops.OpOverload = spec.op, **kwargs: Any) -> Tensor | None:
+            before_trace()
             return run_checks(_op, *args, **kwargs)
 
         torch.library.register_fake(f"lamb::{name}")(fake)

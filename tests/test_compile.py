@@ -353,23 +353,53 @@ def test_compile_path_environment_variable():
 
 
 def test_import_never_fails_and_touches_one_config_entry():
-    """A subprocess imports the package with the lowering path broken by the
-    environment and checks the rest of torch._inductor.config is untouched."""
+    """A subprocess imports the package, then compiles: importing changes no Inductor
+    config, installing the paths (at the first query or trace) one entry; an environment
+    that breaks the lowering path falls back with no error."""
     script = """
 import warnings, torch, torch._inductor.config as c
 before = {k: repr(v) for k, v in c.get_config_copy().items()}
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     import inductor_lamb
-after = {k: repr(v) for k, v in c.get_config_copy().items()}
-changed = sorted(k for k in before if before[k] != after[k])
-print(inductor_lamb.compile_path(), changed, len(w))
+imported = sorted(k for k in before if before[k] != repr(c.get_config_copy()[k]))
+path = inductor_lamb.compile_path()
+installed = sorted(k for k in before if before[k] != repr(c.get_config_copy()[k]))
+print(path, imported, installed, len(w))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["auto", "['post_grad_custom_post_pass']", "0"]
+    assert out.stdout.split() == ["auto", "[]", "['post_grad_custom_post_pass']", "0"]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          env={**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": "external"})
     assert out.stdout.split()[0] == "external"
+
+
+def test_import_loads_no_compiler_and_the_first_trace_installs_the_lowering():
+    """``import inductor_lamb`` imports neither Inductor, Dynamo nor DTensor; the first
+    torch.compile of a training step then installs the paths and lowers the step (no
+    external lamb call in the generated code), in a fresh process."""
+    script = """
+import sys, torch
+import inductor_lamb
+from torch import nn
+heavy = [m for m in ("torch._inductor", "torch._dynamo", "torch.distributed.tensor") if m in sys.modules]
+torch._dynamo.config.trace_autograd_ops = True
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+opt = inductor_lamb.Lamb(net.parameters(), lr=0.01)
+def step(x):
+    loss = net(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+from torch._inductor.utils import run_and_get_code
+_, codes = run_and_get_code(torch.compile(step, fullgraph=True), torch.randn(4, 8))
+calls = sum("torch.ops.lamb." in line and not line.lstrip().startswith("#") for c in codes for line in c.splitlines())
+print(heavy, inductor_lamb.compile_path(), calls, "cpp_fused_lamb" in "".join(codes))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "auto", "0", "True"], out.stderr
 
 
 def test_cache_key_pass_chains_user_pass_and_tracks_path():

@@ -29,6 +29,12 @@ path for every op, and/or ``op=path`` items, comma-separated, e.g.
 ``lowering,lamb16_step_=external``), :func:`set_compile_path` at run time (call
 ``torch._dynamo.reset()`` after it).
 
+Importing the package imports neither Inductor nor Dynamo (about 2 s that an eager
+process, a DataLoader worker included, would pay for nothing): the paths are
+installed when first needed, that is when ``torch.compile`` first traces an op (its
+fake implementation runs :func:`ensure_installed`), or at the first
+:func:`set_compile_path` or :func:`compile_path` call.
+
 Cache safety: lowerings and decompositions are not part of Inductor's FX graph
 cache key, so a warm cache could serve code compiled on another path or an
 older lowering. :class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid``
@@ -39,7 +45,16 @@ user set there). That entry is the only Inductor config this package touches.
 
 from __future__ import annotations
 
-from .cache_key import LOWERING_VERSION, CacheKeyPass
-from .paths import OPS, PATHS, compile_path, install, set_compile_path
+from .cache_key import LOWERING_VERSION
+from .paths import OPS, PATHS, compile_path, ensure_installed, install, set_compile_path
 
-__all__ = ["LOWERING_VERSION", "CacheKeyPass", "OPS", "PATHS", "compile_path", "set_compile_path", "install"]
+__all__ = ["LOWERING_VERSION", "CacheKeyPass", "OPS", "PATHS", "compile_path", "set_compile_path", "install",
+           "ensure_installed"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "CacheKeyPass":  # (a class made on first use: its base class lives in Inductor)
+        from . import cache_key
+
+        return cache_key.CacheKeyPass
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,31 +13,42 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
-from collections.abc import Callable
 
 # Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
 LOWERING_VERSION = "7"
 
 
-try:
-    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
-except Exception:  # noqa: BLE001
-    _PassBase = object  # type: ignore[assignment,misc]
+@functools.lru_cache(maxsize=None)
+def _pass_class() -> type:
+    """:class:`CacheKeyPass`, made on first use: its base class lives in Inductor, which
+    importing this package does not import (``object`` where Inductor lacks the hook)."""
+    try:
+        from torch._inductor.custom_graph_pass import CustomGraphPass as base
+    except Exception:  # noqa: BLE001
+        base = object
+
+    class CacheKeyPass(base):  # type: ignore[misc,valid-type]
+        """A post-grad pass that changes nothing; its ``uuid`` puts the lowering
+        version and the active path into Inductor's FX graph cache key."""
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            return None
+
+        def uuid(self) -> str:
+            return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_active_paths()}"
+
+    CacheKeyPass.__module__ = __name__
+    return CacheKeyPass
 
 
-class CacheKeyPass(_PassBase):  # type: ignore[misc,valid-type]
-    """A post-grad pass that changes nothing; its ``uuid`` puts the lowering
-    version and the active path into Inductor's FX graph cache key."""
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        return None
-
-    def uuid(self) -> str:
-        return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_active_paths()}"
+def __getattr__(name: str) -> object:
+    if name == "CacheKeyPass":
+        return _pass_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,7 +62,6 @@ def _sources_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-_CACHE_KEY_PASS = CacheKeyPass()
 _active_paths: Callable[[], str] = lambda: ""  # every op's active path (install() is given it)
 
 
@@ -59,15 +69,16 @@ def install(paths: Callable[[], str]) -> None:
     """Chains the pass into Inductor's config; ``paths()`` gives every op's active path."""
     global _active_paths
     _active_paths = paths
-    if _PassBase is object:
+    cls = _pass_class()
+    if cls.__bases__ == (object,):
         return
     from torch._inductor import config
 
     current = config.post_grad_custom_post_pass
     passes = list(current) if isinstance(current, (list, tuple)) else ([current] if current else [])
-    if any(isinstance(p, CacheKeyPass) for p in passes):
+    if any(isinstance(p, cls) for p in passes):
         return  # already chained; its uuid follows compile_path()
     if not passes:
-        config.post_grad_custom_post_pass = _CACHE_KEY_PASS
+        config.post_grad_custom_post_pass = cls()
     else:
-        config.post_grad_custom_post_pass = [*passes, _CACHE_KEY_PASS]
+        config.post_grad_custom_post_pass = [*passes, cls()]

@@ -16,13 +16,15 @@ from ..ops import run_checks
 from ..spec import LISTS, SPECS, OpSpec, Role
 from . import cache_key
 
-__all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install"]
+__all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install", "ensure_installed"]
 
 PATHS = ("auto", "lowering", "decomposition", "external")
 OPS = tuple(SPECS)
 
-# Per op name: its active path, its lowered OpOverload, its decomposition's Library.
-_state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}}
+# Per op name: its active path, its lowered OpOverload, its decomposition's Library;
+# "pending": the (path, op) items that install() recorded at import and ensure_installed()
+# applies (None once applied).
+_state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}, "pending": None}
 
 
 def _step_functions() -> dict[str, Callable[..., Any]]:
@@ -53,6 +55,7 @@ def compile_path(op: str | None = None) -> str:
     """The active path of ``op`` (``"lamb_step_"``, ``"lamb16_step_"``, ...):
     ``"auto"``, ``"lowering"``, ``"decomposition"`` or ``"external"``. Without ``op``: the
     path all ops share, or ``"mixed"`` when they differ."""
+    ensure_installed()
     if op is not None:
         return _state["paths"].get(_check_op(op), "external")
     paths = {_state["paths"].get(name, "external") for name in OPS}
@@ -167,6 +170,11 @@ def set_compile_path(path: str = "auto", *, ops: str | list[str] | tuple[str, ..
     names = list(OPS) if ops is None else [_check_op(o) for o in ([ops] if isinstance(ops, str) else ops)]
     if not names:
         raise ValueError(f"ops is empty; name ops of {OPS}, or pass None for all")
+    ensure_installed()
+    return _set_path(path, names, warn=warn, named=ops is not None)
+
+
+def _set_path(path: str, names: list[str], *, warn: bool, named: bool) -> str:
     errors: dict[str, list[str]] = {}
     for name in names:
         _uninstall(name)
@@ -186,7 +194,7 @@ def set_compile_path(path: str = "auto", *, ops: str | list[str] | tuple[str, ..
         reasons = "; ".join(f"{err} ({', '.join(n)})" for err, n in errors.items())
         warnings.warn(
             f"inductor_lamb: torch.compile uses the {active.pop() if len(active) == 1 else 'mixed'!r} path for "
-            f"{'torch.ops.lamb ops' if ops is None else ', '.join(names)} ({reasons}); compiled steps are slower "
+            f"{', '.join(names) if named else 'torch.ops.lamb ops'} ({reasons}); compiled steps are slower "
             "than with the Inductor lowering.",
             RuntimeWarning,
             stacklevel=2,
@@ -210,20 +218,38 @@ def _parse_env(value: str) -> list[tuple[str, str | None]]:
     return items
 
 
-def install() -> str:
-    """Called once on import: the ``"auto"`` path for every op, then what
-    ``INDUCTOR_LAMB_COMPILE_PATH`` asks for, falling back as needed. Never raises."""
+def install() -> None:
+    """Called once on import: records the ``"auto"`` path for every op, then what
+    ``INDUCTOR_LAMB_COMPILE_PATH`` asks for; :func:`ensure_installed` applies them when
+    compiling first needs them. Imports nothing of Inductor; never raises."""
     try:
         items = _parse_env(os.environ.get("INDUCTOR_LAMB_COMPILE_PATH", ""))
-        if not any(op is None for _, op in items):
-            items.insert(0, ("auto", None))
-        for path, op in items:
-            set_compile_path(path, ops=op, warn=True)
-        return compile_path()
     except Exception as e:  # noqa: BLE001  (import must never fail)
+        warnings.warn(f"inductor_lamb: could not read INDUCTOR_LAMB_COMPILE_PATH ({e}); using the default path")
+        items = []
+    if not any(op is None for _, op in items):
+        items.insert(0, ("auto", None))
+    _state["pending"] = items
+    from .. import ops
+
+    ops.before_trace = ensure_installed  # (the fake implementations call it: the first trace installs)
+
+
+def ensure_installed() -> None:
+    """Installs the paths that :func:`install` recorded, once: from the first trace of
+    an op, or the first :func:`set_compile_path` / :func:`compile_path` call. Never raises
+    (an op whose path cannot install falls back, down to ``"external"``, with a warning)."""
+    items = _state["pending"]
+    if items is None:
+        return
+    _state["pending"] = None
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():  # (a trace's fake mode must not see Inductor's import)
+            for path, op in items:
+                _set_path(path, list(OPS) if op is None else [op], warn=True, named=op is not None)
+    except Exception as e:  # noqa: BLE001
         warnings.warn(f"inductor_lamb: could not set up torch.compile support ({e}); ops stay external calls")
         for name in OPS:
             _state["paths"][name] = "external"
-        return "external"
-
-

@@ -62,7 +62,7 @@ class Buckets:
         have grads, their devices and dtypes, and the state's keys."""
         self._stepped = True  # eager here even in a compiled step (see _opt_called)
         group = self.__dict__["_groups"][index]
-        dtensor = _sharding.DTensor or ()  # (isinstance(x, ()) is False: no torch.distributed)
+        dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
         for p in group["params"]:
             g = p.grad
             if g is None:

@@ -18,6 +18,7 @@ extent, so nothing is combined there.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +26,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor", "same_mesh"]
+__all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor", "dtensor_type",
+           "same_mesh"]
 
-try:  # (a torch built without distributed has no DTensor: every tensor is local)
-    import torch.distributed._functional_collectives as funcol
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-except ImportError:  # pragma: no cover
-    DTensor = None
+
+def dtensor_type() -> type | None:
+    """The DTensor class, or None while ``torch.distributed.tensor`` is not imported: no
+    DTensor can exist before it is, and importing it costs about a second, which a process
+    that never shards (a DataLoader worker, an eager script) should not pay."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ class Sharding:
 
 
 def is_dtensor(t: Any) -> bool:
-    return DTensor is not None and isinstance(t, DTensor)
+    cls = dtensor_type()
+    return cls is not None and isinstance(t, cls)
 
 
 def _describe(t: Tensor) -> str:
@@ -61,6 +66,8 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
                 raise ValueError(f"{who}: {key} of param {name} is a {_describe(t)} but the param is a plain "
                                  "tensor; param, grad and optimizer state must be sharded alike")
         return None
+    from torch.distributed.tensor import Replicate, Shard
+
     for pl in p.placements:
         if not isinstance(pl, (Shard, Replicate)):
             raise ValueError(f"{who}: param {name} has placement {type(pl).__name__} ({pl}); only Shard(d) and "
@@ -88,12 +95,16 @@ def local(t: Tensor) -> Tensor:
 def all_reduce_sum(t: Tensor, sharding: Sharding | None) -> Tensor:
     """``t`` summed across the ranks that hold shards of the same tensors."""
     if sharding is not None:
+        import torch.distributed._functional_collectives as funcol
+
         for d in sharding.dims:
             t = _done(funcol.all_reduce(t, "sum", (sharding.mesh, d)))
     return t
 
 
 def _all_gather(t: Tensor, dim: int, group: Any) -> Tensor:
+    import torch.distributed._functional_collectives as funcol
+
     # (all_gather_single is all_gather_tensor's new name; older torch has only the old one)
     return (getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor)(t, dim, group)
 
@@ -102,6 +113,8 @@ def _done(t: Tensor) -> Tensor:
     """A functional collective's result as a plain tensor. Eagerly it is an
     AsyncCollectiveTensor, whose Python dispatch would cost every op that reads it;
     traced, it is a plain tensor already (the graph holds the wait)."""
+    import torch.distributed._functional_collectives as funcol
+
     return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
 
 
