@@ -150,14 +150,17 @@ def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
     return fp8_scale_of_amax(x.abs().amax() if x.numel() else x.new_zeros(()), dtype)
 
 
-def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | None = None) -> Tensor:
+def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | None = None, *,
+               nonnegative: bool = False) -> Tensor:
     """``dtype(clamp(x * (1 / scale)))``: saturating, never inf/NaN for finite ``x``;
     round to nearest even, or with the random bits ``hashes``
     (:func:`inductor_lamb.rounding.element_hash`) stochastically
-    (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value)."""
+    (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value).
+    ``nonnegative``: ``x`` is >= 0 by construction (v, with betas in range) and is
+    clamped above only, as the kernels do."""
     hi = FP8_MAX[dtype]
     inv = (1.0 / scale.float()).to(x.dtype)
-    y = (x * inv).clamp(-hi, hi)
+    y = (x * inv).clamp(None if nonnegative else -hi, hi)
     if hashes is not None:
         y = stochastic_round(TENSORS, y.float(), hashes, dtype)
     return y.to(dtype)
@@ -186,7 +189,7 @@ def _lamb16_reduce(a):
     cols = ([], [], [], [])
     for p, m, v, u in _lamb16_moments(a):
         for col, x in zip(cols, ((p * p).sum(), (u * u).sum(), m.abs().amax() if m.numel() else m.new_zeros(()),
-                                 v.amax() if v.numel() else v.new_zeros(()))):
+                                 v.abs().amax() if v.numel() else v.new_zeros(()))):
             col.append(x)
     return cols
 
@@ -214,7 +217,7 @@ def _lamb16_apply(a, reductions) -> None:
             g = g.float() if a.grad_scale is None else g.float() * (1.0 / a.grad_scale.float())
         hashes = None if key is None else element_hash(TENSORS, key, g, m8, v8)
         m_new = fp8_encode(m, sm, m8.dtype, hashes)
-        v_new = fp8_encode(v, sv, v8.dtype, hashes)
+        v_new = fp8_encode(v, sv, v8.dtype, hashes, nonnegative=True)
         m8.copy_(m_new)
         v8.copy_(v_new)
 

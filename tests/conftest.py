@@ -11,12 +11,22 @@ import re
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 from torch import nn
 from torch._inductor.utils import run_and_get_code
 
 import inductor_lamb  # (registers torch.ops.lamb.*)
 from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
 from inductor_lamb.spec import SPECS, Role
+
+# Property-based tests (test_properties.py): "ci", a fixed seed and a budget of about a
+# minute, unless --hypothesis-profile names another ("long": a search of some minutes).
+_SLOW_DATA = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", max_examples=1000, derandomize=True, deadline=None, database=None,
+                          suppress_health_check=_SLOW_DATA, print_blob=True)
+settings.register_profile("long", max_examples=20000, deadline=None, suppress_health_check=_SLOW_DATA,
+                          print_blob=True)
+settings.load_profile("ci")
 
 # Mixed shapes: empty, 0-d, tiny, odd sizes (vector tails), and > 1 chunk (16384 elements).
 MIXED_SHAPES = [(33, 17), (), (0,), (4, 0, 3), (7,), (64, 48), (40000,), (3, 5, 7), (1,)]

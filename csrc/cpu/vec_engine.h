@@ -297,8 +297,10 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   __m512 y = _mm512_rsqrt14_ps(vx);
   const __m512 half_x = _mm512_mul_ps(vx, _mm512_set1_ps(0.5f));
   y = _mm512_mul_ps(y, _mm512_fnmadd_ps(_mm512_mul_ps(half_x, y), y, _mm512_set1_ps(1.5f)));  // y (1.5 - x y^2 / 2)
-  const __mmask16 positive = _mm512_cmp_ps_mask(vx, _mm512_setzero_ps(), _CMP_GT_OQ);
-  const __m512 d = _mm512_add_ps(_mm512_maskz_mul_ps(positive, vx, y), veps);  // sqrt(x) + eps
+  // x y is sqrt(x) except at x = 0 (0 * inf): zeroed there. NaN and negative x keep their
+  // NaN, which sends the vector to the exact path below (NaN propagates, as in the reference).
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(vx, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  const __m512 d = _mm512_add_ps(_mm512_maskz_mul_ps(nonzero, vx, y), veps);  // sqrt(x) + eps
   __m512 r = _mm512_rcp14_ps(d);
   r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.f)));  // r (2 - d r)
   const __mmask16 ok = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ) &

@@ -37,7 +37,7 @@ fake implementation runs :func:`ensure_installed`), or at the first
 
 Cache safety: lowerings and decompositions are not part of Inductor's FX graph
 cache key, so a warm cache could serve code compiled on another path or an
-older lowering. :class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid``
+older lowering. :class:`CacheKeyPass` is a post-grad pass whose ``uuid``
 carries :data:`LOWERING_VERSION`, a hash of this package's sources and the active paths; installing appends it to
 ``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
 user set there). That entry is the only Inductor config this package touches.

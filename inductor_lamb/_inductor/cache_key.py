@@ -2,9 +2,9 @@
 
 Lowerings and decompositions are not part of Inductor's FX graph cache key, so a
 warm cache could serve code compiled on another path or by an older lowering.
-:class:`CacheKeyPass` is a no-op post-grad pass whose ``uuid`` carries
+:class:`CacheKeyPass` is a post-grad pass whose ``uuid`` carries
 :data:`LOWERING_VERSION`, a hash of this folder's sources and every op's active
-path; :func:`install` appends it to
+path (its one rewrite: :func:`call_ops_that_write_nothing`); :func:`install` appends it to
 ``torch._inductor.config.post_grad_custom_post_pass`` (keeping any pass the
 user set there). That entry is the only Inductor config this package touches.
 """
@@ -32,17 +32,42 @@ def _pass_class() -> type:
         base = object
 
     class CacheKeyPass(base):  # type: ignore[misc,valid-type]
-        """A post-grad pass that changes nothing; its ``uuid`` puts the lowering
-        version and the active path into Inductor's FX graph cache key."""
+        """A post-grad pass whose ``uuid`` puts the lowering version and the active path
+        into Inductor's FX graph cache key. It changes one thing only: see
+        :func:`call_ops_that_write_nothing`."""
 
         def __call__(self, graph: torch.fx.Graph) -> None:
-            return None
+            call_ops_that_write_nothing(graph)
 
         def uuid(self) -> str:
             return f"inductor_lamb-lowering-v{LOWERING_VERSION}-{_sources_hash()}-{_active_paths()}"
 
     CacheKeyPass.__module__ = __name__
     return CacheKeyPass
+
+
+def call_ops_that_write_nothing(graph: torch.fx.Graph) -> None:
+    """A ``lamb`` op whose written lists are all empty (a reduce op on no params) is traced
+    as an ``auto_functionalized_v2`` node with no bases, which Inductor's decomposition of it
+    turns into a graph it cannot run ("getitem is not an OpOverload", torch 2.13 and 2.14).
+    Such a node writes nothing: it becomes the plain op call."""
+    af = torch.ops.higher_order.auto_functionalized_v2
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not af or node.kwargs.get("_all_bases"):
+            continue
+        op = node.args[0]
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "lamb":
+            continue
+        kwargs = {a.name: node.kwargs[a.name] if a.name in node.kwargs else
+                  ([] if node.kwargs.get(f"_{a.name}_length") == 0 else None) for a in op._schema.arguments}
+        with graph.inserting_before(node):
+            call = graph.call_function(op, kwargs=kwargs)
+        for user in list(node.users):  # getitem(node, 0): the op's result; the rest are the (empty) lists
+            if user.args[1] == 0 and op._schema.returns:
+                call.meta.update(user.meta)
+                user.replace_all_uses_with(call)
+            graph.erase_node(user)
+        graph.erase_node(node)
 
 
 def __getattr__(name: str) -> object:
