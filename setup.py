@@ -125,7 +125,8 @@ def cuda_arch_list() -> str:
 def build_info_header(folder: str, cuda_archs: str | None) -> str:
     """Writes ``build_info.h`` into ``folder``: what the module is built against, as one
     string that ``inductor_lamb/_build.py`` reads from the module's file before loading it."""
-    info = f"torch={torch.__version__};cuda={torch.version.cuda if cuda_archs else ''};cuda_archs={cuda_archs or ''}"
+    archs = " ".join((cuda_archs or "").replace(";", " ").split())  # (";" separates the items)
+    info = f"torch={torch.__version__};cuda={torch.version.cuda if cuda_archs else ''};cuda_archs={archs}"
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "build_info.h")
     text = f'#pragma once\n#define INDUCTOR_LAMB_BUILD_INFO "{info}"\n'

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
-    python benchmarks/bench_step.py --amp [--ops ...] | --sparse
+    python benchmarks/bench_step.py --amp [--ops ...] | --sparse | --checks
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -11,6 +11,11 @@ GB/s counts each method's minimum traffic (docs/design.md: LAMB 40, LAMB16 26, L
 20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
+
+``--checks``: what the argument checks cost (shapes, dtypes, and the memory-overlap
+check, which sorts every tensor's address range) against the whole step, on 1, 68 and
+1000 tensors: each op's checks run alone (``inductor_lamb.ops.run_checks``) next to the
+op itself, in one run. (A before/after comparison of two builds: compare_builds.py.)
 
 ``--amp``: a GradScaler step with the grads unscaled first (the default) against
 ``unscale_in_step=True``. ``--sparse``: Adagrad on a 1M x 128 embedding's sparse
@@ -174,6 +179,28 @@ def run(args) -> list[dict]:
     if args.plot:
         plot(results, args.plot)
     return results
+
+
+# The tensor counts of the --checks table: one large tensor, a BERT-base-like layer count,
+# and many small tensors (4096 elements each), where a per-tensor cost shows most.
+CHECK_WORKLOADS = {"1 x 1024x1024": [(1024, 1024)], "68 x 4096": [(4096,)] * 68, "1000 x 4096": [(4096,)] * 1000}
+
+
+def run_checks(args) -> None:
+    torch.set_num_threads(args.threads)
+    print(f"# {machine_line(args.threads)}; our CPU kernels: {inductor_lamb.cpu_capability()}\n")
+    print("| op | tensors | step ms | checks ms | checks / step |")
+    print("|---|---|---|---|---|")
+    lr = torch.tensor(1e-4)
+    for kind in args.ops:
+        spec = inductor_lamb.spec.SPECS[f"{kind}_step_"]
+        for w, shapes in tqdm(CHECK_WORKLOADS.items(), desc=kind, file=sys.stderr):
+            s = make_state(shapes, kind=kind)
+            kwargs = {**KWARGS[kind], **{a.name: torch.tensor(float(a.default)) for a in
+                                         spec.of(inductor_lamb.spec.Role.TENSOR) if a.name != "lr"}}
+            step = bench(lambda: getattr(torch.ops.lamb, spec.name)(*s, lr, **kwargs), min_time=args.min_time)
+            checks = bench(lambda: inductor_lamb.ops.run_checks(spec.op, *s, lr, **kwargs), min_time=args.min_time)
+            print(f"| {kind} | {w} | {step * 1e3:.3f} | {checks * 1e3:.4f} | {checks / step:.2%} |", flush=True)
 
 
 def run_cuda(args) -> list[dict]:
@@ -366,10 +393,14 @@ def main():
                     help="leave out the torch.compile(reference) row (its compile takes minutes on large lists)")
     ap.add_argument("--amp", action="store_true",
                     help="only the GradScaler table: unscale first (default) vs unscale_in_step=True")
+    ap.add_argument("--checks", action="store_true",
+                    help="only the table of what the argument checks cost against the step (1, 68, 1000 tensors)")
     ap.add_argument("--sparse", action="store_true",
                     help="only the sparse Adagrad table (1M x 128 embedding, 1%% of rows touched)")
     args = ap.parse_args()
-    if args.amp or args.sparse:
+    if args.checks:
+        run_checks(args)
+    elif args.amp or args.sparse:
         if args.amp:
             run_amp(args)
         if args.sparse:

@@ -106,8 +106,8 @@ void for_each_written(const c10::OperatorHandle& op, const std::vector<c10::IVal
     if (args[k].isTensor()) {
       f(args[k].toTensor(), name, int64_t(-1));
     } else if (args[k].isTensorList()) {
-      const auto list = args[k].toTensorList();
-      for (size_t i = 0; i < list.size(); ++i) f(list.get(i), name, int64_t(i));
+      const auto list = args[k].toListRef();  // (no copies: a step may write thousands of tensors)
+      for (size_t i = 0; i < list.size(); ++i) f(list[i].toTensor(), name, int64_t(i));
     }
   }
 }

@@ -32,7 +32,7 @@ def _parse(text: str) -> dict[str, str]:
 
 def build_info() -> dict[str, str]:
     """What ``inductor_lamb._C`` was built against, read from its file without loading it:
-    ``{"torch": "2.14.1+cu130", "cuda": "13.0", "cuda_archs": "8.0;9.0;10.0+PTX"}``
+    ``{"torch": "2.14.1+cu130", "cuda": "13.0", "cuda_archs": "8.0 9.0 10.0+PTX"}``
     (no ``cuda`` keys for a CPU-only build); empty if the module is missing or unmarked."""
     spec = importlib.util.find_spec(f"{__package__}._C")
     if spec is None or not spec.origin:

@@ -106,8 +106,7 @@ struct Span {
   bool written;
   bool dense;
   const char* name;
-  int64_t i;     // list index, or -1
-  size_t order;  // position in schema order
+  int64_t i;  // list index, or -1
 };
 
 bool same_view(const Span& x, const Span& y) {
@@ -116,24 +115,24 @@ bool same_view(const Span& x, const Span& y) {
 
 void check_no_overlap(const OpArgs& a) {
   const auto& args = a.schema().arguments();
-  std::vector<Span> spans;
+  std::vector<Span> spans;  // in schema order
   auto add = [&](const at::Tensor& t, const char* name, int64_t i, bool written) {
     if (!t.defined() || t.layout() != at::kStrided) return;
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     if (impl->has_symbolic_sizes_strides() || !t.has_storage() || t.numel() == 0) return;  // (dynamic traces)
-    if (written)
+    const bool dense = t.is_non_overlapping_and_dense();
+    if (written && !dense)
       TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, a.op(), ": ", Where{name, i},
                   " has elements that share memory (an expanded or stride-0 view) and the op writes it; give it "
                   "memory of its own (.clone())");
     const int64_t item = int64_t(t.element_size());
+    const auto sizes = t.sizes(), strides = t.strides();
     int64_t last = 0;
-    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
     const void* data = t.storage().data();
-    const uintptr_t base = data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0;
-    const uintptr_t begin = base + uintptr_t(t.storage_offset() * item);
+    const uintptr_t begin = (data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0) + uintptr_t(t.storage_offset() * item);
     spans.push_back({data != nullptr ? 0 : reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()), begin,
-                     begin + uintptr_t((last + 1) * item), &t, written, t.is_non_overlapping_and_dense(), name, i,
-                     spans.size()});
+                     begin + uintptr_t((last + 1) * item), &t, written, dense, name, i});
   };
   for (size_t k = 0; k < args.size(); ++k) {
     const bool written = a.schema().is_mutable({c10::SchemaArgType::input, k});
@@ -146,32 +145,37 @@ void check_no_overlap(const OpArgs& a) {
       for (size_t i = 0; i < list.size(); ++i) add(list[i], name, int64_t(i), written);
     }
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) {
-    return x.storage != y.storage ? x.storage < y.storage : x.begin < y.begin;
-  });
+  // Sorted by (storage, begin): a compact key per span (its index is its schema order).
+  struct Key {
+    uintptr_t storage, begin;
+    uint32_t span;
+    bool operator<(const Key& o) const { return storage != o.storage ? storage < o.storage : begin < o.begin; }
+  };
+  std::vector<Key> keys(spans.size());
+  for (size_t s = 0; s < spans.size(); ++s) keys[s] = {spans[s].storage, spans[s].begin, uint32_t(s)};
+  std::sort(keys.begin(), keys.end());
   // Every overlapping pair is seen; the one first in schema order is reported, so the error
   // does not depend on addresses (eager and traced calls name the same pair).
-  std::vector<const Span*> open;  // earlier spans of this storage that reach past the current begin
-  std::pair<const Span*, const Span*> first{nullptr, nullptr};
-  for (size_t s = 0; s < spans.size(); ++s) {
-    const Span& cur = spans[s];
-    if (s > 0 && spans[s - 1].storage != cur.storage) open.clear();
-    open.erase(std::remove_if(open.begin(), open.end(), [&](const Span* o) { return o->end <= cur.begin; }),
+  std::vector<uint32_t> open;  // earlier spans of this storage that reach past the current begin
+  std::pair<uint32_t, uint32_t> first{UINT32_MAX, UINT32_MAX};
+  for (size_t s = 0; s < keys.size(); ++s) {
+    const uint32_t c = keys[s].span;
+    const Span& cur = spans[c];
+    if (s > 0 && keys[s - 1].storage != cur.storage) open.clear();
+    open.erase(std::remove_if(open.begin(), open.end(), [&](uint32_t o) { return spans[o].end <= cur.begin; }),
                open.end());
-    for (const Span* o : open) {
-      if (!(o->written || cur.written) || !((o->dense && cur.dense) || same_view(*o, cur))) continue;
-      const Span* x = o->order < cur.order ? o : &cur;
-      const Span* y = x == o ? &cur : o;
-      if (first.first == nullptr || std::make_pair(x->order, y->order) <
-                                        std::make_pair(first.first->order, first.second->order))
-        first = {x, y};
+    for (const uint32_t o : open) {
+      const Span& other = spans[o];
+      if (!(other.written || cur.written) || !((other.dense && cur.dense) || same_view(other, cur))) continue;
+      first = std::min(first, std::make_pair(std::min(o, c), std::max(o, c)));
     }
-    open.push_back(&cur);
+    open.push_back(c);
   }
-  if (first.first != nullptr)
-    TORCH_CHECK(false, a.op(), ": ", Where{first.first->name, first.first->i}, " and ",
-                Where{first.second->name, first.second->i},
+  if (first.first != UINT32_MAX) {
+    const Span &x = spans[first.first], &y = spans[first.second];
+    TORCH_CHECK(false, a.op(), ": ", Where{x.name, x.i}, " and ", Where{y.name, y.i},
                 " share memory; every tensor the op writes needs memory of its own");
+  }
 }
 
 bool is_signed(const Contract& c, const std::string& name) {

@@ -416,7 +416,8 @@ def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None
 
 
 def increment_steps(B: Backend, steps: list[Any]) -> list[Any]:
-    """``steps += 1`` in place (skipped with ``found_inf``, like everything); returns the new steps."""
-    t = B.add(steps, 1.0)
-    B.assign(steps, t)
-    return t
+    """``steps += 1`` in place (skipped with ``found_inf``, like everything); returns the
+    steps as written. (Not ``steps + 1``: with ``found_inf`` the assign writes a select of
+    old and new, and an unrealized ``steps + 1`` read after it would add to the new steps.)"""
+    B.assign(steps, B.add(steps, 1.0))
+    return list(steps)
