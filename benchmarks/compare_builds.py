@@ -8,8 +8,9 @@ build_ext --inplace``). The two cannot share a process (both register
 ``torch.ops.lamb``), so every (build, CPU capability) runs in its own process,
 alternating before/after for ``--rounds`` rounds; the table keeps each row's
 fastest round, so both builds see the same machine conditions. Workloads: the
-raw ops on one 1024x1024 tensor (in cache) and the BERT-like list of bench_step.py
-(DRAM); the optimizers' eager ``opt.step()`` on 200 x (64,) params and on the MNIST
+raw ops on one 1024x1024 tensor (in cache), on 68 and 1000 tensors of 4096 elements
+(where per-tensor costs such as the argument checks show) and the BERT-like list of
+bench_step.py (DRAM); the optimizers' eager ``opt.step()`` on 200 x (64,) params and on the MNIST
 CNN's 8 params (where the Python around the op call shows).
 """
 
@@ -36,7 +37,8 @@ import inductor_lamb
 assert inductor_lamb.__file__.startswith({tree!r}), f"imported {{inductor_lamb.__file__}}, not the build in {tree!r}"
 torch.set_num_threads({threads})
 inductor_lamb.set_cpu_capability({cap!r})
-workloads = {{"1024x1024": [(1024, 1024)], "BERT-like": bert_like_shapes()}}
+workloads = {{"1024x1024": [(1024, 1024)], "68 x 4096": [(4096,)] * 68, "1000 x 4096": [(4096,)] * 1000,
+             "BERT-like": bert_like_shapes()}}
 MNIST_CNN = [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,), (500, 800), (500,), (10, 500), (10,)]
 lr = torch.tensor(1e-3)
 b1, b2, mom = torch.tensor(0.9), torch.tensor(0.999), torch.tensor(0.9)

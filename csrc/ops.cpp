@@ -12,7 +12,6 @@
 #include <Python.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
 #include <string>
@@ -138,18 +137,11 @@ void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, to
   op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
-// ADInplaceOrView: inference tensors are refused outside inference mode (before anything
-// is written), and every written tensor's version counter goes up, so that autograd
-// refuses a backward through a graph that saved one of them before the step.
+// ADInplaceOrView: every written tensor's version counter goes up, so that autograd refuses
+// a backward through a graph that saved one of them before the step. (Inference tensors
+// outside inference mode were refused by the kernel's checks before anything was written.)
 void inplace_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const std::vector<c10::IValue> args(stack->end() - op.schema().arguments().size(), stack->end());
-  if (!c10::InferenceMode::is_enabled())
-    for_each_written(op, args, [&](const at::Tensor& t, const std::string& name, int64_t i) {
-      TORCH_CHECK(!t.defined() || !t.is_inference(), op_name(op), ": ", where(name, i),
-                  " is an inference tensor: inplace update to inference tensor outside InferenceMode is not "
-                  "allowed (make it a normal tensor with .clone() outside inference mode, or step inside "
-                  "torch.inference_mode())");
-    });
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);

@@ -1,6 +1,7 @@
 #include "common/op_args.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -87,21 +88,22 @@ class ArgChecker {
   const char* op_;
 };
 
-// ---- memory overlap ----
+// ---- what an op writes ----
 //
-// What an op writes must not share memory with anything else of the call: the kernels
-// read and write each tensor as if it were alone (a param given twice would be updated
-// twice, a param that is its own state would be read after it was written). One tensor's
-// memory is the byte range from its first to its last element: an absolute address range
-// for tensors with data, a range of its storage for those without (the fake tensors of a
-// trace, which keep the aliasing of the real ones). Ranges are sorted, so a call of n
-// tensors costs n log n. Two ranges that meet overlap for sure when both tensors are
-// non-overlapping and dense (their elements fill their ranges) or are the same view; other
-// meeting ranges (interleaved strided views, such as the columns of one matrix) are
-// accepted, as torch's own in-place ops accept what at::get_overlap_status cannot decide.
+// Every tensor an op writes must be writable in place, as torch's own in-place ops require:
+// not an inference tensor outside inference mode, and no memory shared with anything else
+// of the call: the kernels read and write each tensor as if it were alone (a param given
+// twice would be updated twice, a param that is its own state would be read after it was
+// written). One tensor's memory is the byte range from its first to its last element: an
+// absolute address range for tensors with data, a range of its storage for those without
+// (the fake tensors of a trace, which keep the aliasing of the real ones). Ranges are
+// sorted, so a call of n tensors costs n log n. Two ranges that meet overlap for sure when
+// both tensors are non-overlapping and dense (their elements fill their ranges) or are the
+// same view; other meeting ranges (interleaved strided views, such as the columns of one
+// matrix) are accepted, as torch's own in-place ops accept what at::get_overlap_status
+// cannot decide.
 struct Span {
-  uintptr_t storage;  // 0: absolute addresses; else the StorageImpl of a tensor without data
-  uintptr_t begin, end;
+  uintptr_t end;
   const at::Tensor* t;
   bool written;
   bool dense;
@@ -109,15 +111,34 @@ struct Span {
   int64_t i;  // list index, or -1
 };
 
-bool same_view(const Span& x, const Span& y) {
-  return x.begin == y.begin && x.t->sizes() == y.t->sizes() && x.t->strides() == y.t->strides();
+// Where a span starts, and its index (= its position in schema order). Tensors with data
+// (storage 0: absolute addresses) sort on 16 bytes, fake ones also on their storage.
+struct Start {
+  uintptr_t storage, begin;
+  uint32_t span;
+  bool operator<(const Start& o) const { return storage != o.storage ? storage < o.storage : begin < o.begin; }
+};
+
+bool same_view(const Start& x, const Start& y, const Span& sx, const Span& sy) {
+  return x.begin == y.begin && sx.t->sizes() == sy.t->sizes() && sx.t->strides() == sy.t->strides();
 }
 
-void check_no_overlap(const OpArgs& a) {
+void check_writable(const OpArgs& a) {
   const auto& args = a.schema().arguments();
+  const bool inference_mode = c10::InferenceMode::is_enabled();
   std::vector<Span> spans;  // in schema order
+  std::vector<Start> starts;
+  size_t count = 0;
+  for (size_t k = 0; k < args.size(); ++k) count += a.at(k).isTensorList() ? a.list(args[k].name().c_str()).size() : 1;
+  spans.reserve(count);
+  starts.reserve(count);
   auto add = [&](const at::Tensor& t, const char* name, int64_t i, bool written) {
     if (!t.defined() || t.layout() != at::kStrided) return;
+    if (written)
+      TORCH_CHECK(inference_mode || !t.is_inference(), a.op(), ": ", Where{name, i},
+                  " is an inference tensor: inplace update to inference tensor outside InferenceMode is not "
+                  "allowed (make it a normal tensor with .clone() outside inference mode, or step inside "
+                  "torch.inference_mode())");
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     if (impl->has_symbolic_sizes_strides() || !t.has_storage() || t.numel() == 0) return;  // (dynamic traces)
     const bool dense = t.is_non_overlapping_and_dense();
@@ -130,9 +151,11 @@ void check_no_overlap(const OpArgs& a) {
     int64_t last = 0;
     for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
     const void* data = t.storage().data();
-    const uintptr_t begin = (data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0) + uintptr_t(t.storage_offset() * item);
-    spans.push_back({data != nullptr ? 0 : reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()), begin,
-                     begin + uintptr_t((last + 1) * item), &t, written, dense, name, i});
+    const uintptr_t begin =
+        (data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0) + uintptr_t(t.storage_offset() * item);
+    starts.push_back({data != nullptr ? 0 : reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()), begin,
+                      uint32_t(spans.size())});
+    spans.push_back({begin + uintptr_t((last + 1) * item), &t, written, dense, name, i});
   };
   for (size_t k = 0; k < args.size(); ++k) {
     const bool written = a.schema().is_mutable({c10::SchemaArgType::input, k});
@@ -145,31 +168,23 @@ void check_no_overlap(const OpArgs& a) {
       for (size_t i = 0; i < list.size(); ++i) add(list[i], name, int64_t(i), written);
     }
   }
-  // Sorted by (storage, begin): a compact key per span (its index is its schema order).
-  struct Key {
-    uintptr_t storage, begin;
-    uint32_t span;
-    bool operator<(const Key& o) const { return storage != o.storage ? storage < o.storage : begin < o.begin; }
-  };
-  std::vector<Key> keys(spans.size());
-  for (size_t s = 0; s < spans.size(); ++s) keys[s] = {spans[s].storage, spans[s].begin, uint32_t(s)};
-  std::sort(keys.begin(), keys.end());
+  std::sort(starts.begin(), starts.end());
   // Every overlapping pair is seen; the one first in schema order is reported, so the error
   // does not depend on addresses (eager and traced calls name the same pair).
-  std::vector<uint32_t> open;  // earlier spans of this storage that reach past the current begin
+  std::vector<size_t> open;  // earlier starts of this storage whose span reaches past the current begin
   std::pair<uint32_t, uint32_t> first{UINT32_MAX, UINT32_MAX};
-  for (size_t s = 0; s < keys.size(); ++s) {
-    const uint32_t c = keys[s].span;
-    const Span& cur = spans[c];
-    if (s > 0 && keys[s - 1].storage != cur.storage) open.clear();
-    open.erase(std::remove_if(open.begin(), open.end(), [&](uint32_t o) { return spans[o].end <= cur.begin; }),
+  for (size_t s = 0; s < starts.size(); ++s) {
+    const Start& cur = starts[s];
+    const Span& c = spans[cur.span];
+    if (s > 0 && starts[s - 1].storage != cur.storage) open.clear();
+    open.erase(std::remove_if(open.begin(), open.end(), [&](size_t o) { return spans[starts[o].span].end <= cur.begin; }),
                open.end());
-    for (const uint32_t o : open) {
-      const Span& other = spans[o];
-      if (!(other.written || cur.written) || !((other.dense && cur.dense) || same_view(other, cur))) continue;
-      first = std::min(first, std::make_pair(std::min(o, c), std::max(o, c)));
+    for (const size_t o : open) {
+      const Span& other = spans[starts[o].span];
+      if (!(other.written || c.written) || !((other.dense && c.dense) || same_view(starts[o], cur, other, c))) continue;
+      first = std::min(first, std::make_pair(std::min(starts[o].span, cur.span), std::max(starts[o].span, cur.span)));
     }
-    open.push_back(c);
+    open.push_back(s);
   }
   if (first.first != UINT32_MAX) {
     const Span &x = spans[first.first], &y = spans[first.second];
@@ -307,7 +322,7 @@ std::vector<StateList> check_call(const OpArgs& a, const at::Device& device) {
     }
   }
   if (a.phase() == Phase::Apply) chk.reductions(a.tensor("reductions"), n, c.reductions.size(), device);
-  check_no_overlap(a);
+  check_writable(a);
   return lists;
 }
 

@@ -18,23 +18,24 @@ static bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-LayoutRow::LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated)
-    : originals_(row), row_(std::move(row)), mutated_(std::move(mutated)) {
+LayoutRow::LayoutRow(std::vector<at::Tensor> row, const std::vector<bool>& mutated) : row_(std::move(row)) {
   bool in_place = true;
   for (const auto& t : row_)
     in_place = in_place && t.is_non_overlapping_and_dense() && same_layout(t, row_[0]);
-  if (in_place) return;
+  if (in_place) return;  // (the usual case: nothing more to keep, which matters at thousands of tensors)
+  originals_ = row_;
+  mutated_ = mutated;
   for (auto& t : row_)
     if (!t.is_contiguous()) t = t.contiguous();
 }
 
 void LayoutRow::commit() {
-  for (size_t k = 0; k < row_.size(); ++k)
+  for (size_t k = 0; k < originals_.size(); ++k)
     if (mutated_[k]) commit(k);
 }
 
 void LayoutRow::commit(size_t k) {
-  if (!row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
+  if (!originals_.empty() && !row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
 }
 
 TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::vector<StateList>& state_lists) {
@@ -42,14 +43,15 @@ TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::v
   rows_.reserve(n);
   numels_.resize(n);
   dtypes_.resize(n);
+  std::vector<bool> mutated{true, false};  // params, grads, then the state lists
+  mutated.resize(2 + state_lists.size(), true);
   for (size_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> row{params[i], grads[i]};
-    std::vector<bool> mutated{true, false};
-    for (const auto& l : state_lists) {
-      row.push_back(l.tensors[i]);
-      mutated.push_back(true);
-    }
-    rows_.emplace_back(std::move(row), std::move(mutated));
+    std::vector<at::Tensor> row;
+    row.reserve(2 + state_lists.size());
+    row.push_back(params[i]);
+    row.push_back(grads[i]);
+    for (const auto& l : state_lists) row.push_back(l.tensors[i]);
+    rows_.emplace_back(std::move(row), mutated);
     numels_[i] = params[i].numel();
     dtypes_[i] = to_dtype(params[i].scalar_type());
   }

@@ -27,14 +27,14 @@ struct StateList {
 class LayoutRow {
  public:
   // `row` holds the defined tensors of one index; mutated[k] says whether row[k] is written.
-  LayoutRow(std::vector<at::Tensor> row, std::vector<bool> mutated);
+  LayoutRow(std::vector<at::Tensor> row, const std::vector<bool>& mutated);
   void* ptr(size_t k) const { return row_[k].numel() ? row_[k].data_ptr() : nullptr; }
   void commit();
   void commit(size_t k);  // row[k] only (the lists one phase of a two-phase op writes)
 
  private:
-  std::vector<at::Tensor> originals_;
   std::vector<at::Tensor> row_;
+  std::vector<at::Tensor> originals_;  // empty when row_ is used in place (no copies to write back)
   std::vector<bool> mutated_;
 };
 
