@@ -5,6 +5,9 @@ tests/wheel_smoke.py.)"""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -49,3 +52,10 @@ def test_a_module_for_another_torch_is_refused_before_loading(monkeypatch):
                                           r"against the installed torch: .*pip install --no-build-isolation -e \."):
         _build.load_extension()
     assert inductor_lamb._C is not None
+
+
+def test_ci_runs_the_test_command_of_the_readme_verbatim():
+    root = Path(__file__).resolve().parents[1]
+    readme, ci = (root / "README.md").read_text(), (root / ".ci" / "run").read_text()
+    command = re.search(r"Install and run the tests.*?```bash\n(.*?)```", readme, re.S).group(1).strip()
+    assert "hypothesis" in command and command in ci
