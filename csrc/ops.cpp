@@ -181,25 +181,27 @@ const Contract& contract_of(const std::string& op) {
 // tensor; *_apply_ takes them (all-reduced over shards, if sharded) and does pass 2.
 // Both take the one-call op's arguments (apply: plus `reductions` before `lr`); the
 // one-call op is exactly reduce then apply. Each schema marks what that op writes.
+// stochastic_rounding, seed: bfloat16 / float16 params without master copies are written
+// rounded stochastically (common/rounding.h); LAMB16's also rounds its float8 moments.
 TORCH_LIBRARY(lamb, m) {
   m.def(
       "lamb_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, Tensor? grad_scale=None, Tensor? found_inf=None, "
-      "Tensor(e!)[]? master_params=None) -> ()");
+      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor(e!)[]? master_params=None) -> ()");
   m.def(
       "lamb_reduce_(Tensor[] params, Tensor[] grads, Tensor(a!)[] exp_avgs, Tensor(b!)[] exp_avg_sqs, "
       "Tensor(c!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, Tensor? grad_scale=None, Tensor? found_inf=None, "
-      "Tensor[]? master_params=None) -> Tensor");
+      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor[]? master_params=None) -> Tensor");
   m.def(
       "lamb_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] steps, "
       "Tensor reductions, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, Tensor? grad_scale=None, Tensor? found_inf=None, "
-      "Tensor(b!)[]? master_params=None) -> ()");
+      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor(b!)[]? master_params=None) -> ()");
   m.def(
       "lamb16_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] exp_avg_scales, Tensor(e!)[] exp_avg_sq_scales, Tensor(f!)[] steps, Tensor lr, Tensor beta1, "
@@ -221,21 +223,22 @@ TORCH_LIBRARY(lamb, m) {
   m.def(
       "lars_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor lr, Tensor momentum, "
       "float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, float[] weight_decay=[0.0005], "
-      "bool[] layer_adaptation=[], Tensor? grad_scale=None, Tensor? found_inf=None, "
-      "Tensor(c!)[]? master_params=None) -> ()");
+      "bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
   m.def(
       "lars_reduce(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffers, Tensor lr, Tensor momentum, "
       "float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, float[] weight_decay=[0.0005], "
-      "bool[] layer_adaptation=[], Tensor? grad_scale=None, Tensor? found_inf=None, "
-      "Tensor[]? master_params=None) -> Tensor");
+      "bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor[]? master_params=None) -> Tensor");
   m.def(
       "lars_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor reductions, "
       "Tensor lr, Tensor momentum, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
-      "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], Tensor? grad_scale=None, "
-      "Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
+      "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, "
+      "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
   m.def(
       "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, Tensor lr, "
-      "float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, bool maximize=False, Tensor? grad_scale=None, "
+      "float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, bool maximize=False, "
+      "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(d!)[]? master_params=None) -> ()");
   // Utilities (no tensors): each op's contract, for inductor_lamb/spec.py; what the module was
   // built against; CPU ISA selection.

@@ -1,4 +1,5 @@
-"""LAMB16's stochastic rounding to float8, the same integer steps as
+"""Stochastic rounding (LAMB16's moments to float8; bfloat16 / float16 params without
+master copies to their storage type), the same integer steps as
 ``csrc/common/rounding.h`` (read it for the why), written once as a per-element
 function over an operations namespace: the Inductor lowering runs it inside one
 element-wise IR node (every input loaded once, every intermediate reused, so
@@ -15,7 +16,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensor_key", "element_hash", "stochastic_round", "GRIDS", "FP8_MAX", "TensorOps", "TENSORS"]
+__all__ = ["tensor_key", "key_of", "element_hash", "stochastic_round", "round_param", "GRIDS", "PARAM_GRIDS",
+           "FP8_MAX", "TensorOps", "TENSORS"]
 
 # Largest finite value of each float8 format LAMB16 stores (448 and 57344; csrc/common/lamb16.h
 # holds the C++ constants, and tests/test_lamb16_op.py checks that they agree).
@@ -34,6 +36,9 @@ class _Grid:
 
 # m (e4m3) takes the hash's high 16 bits, v (e5m2) its low 16 bits
 GRIDS = {torch.float8_e4m3fn: _Grid(20, 0x3C800000, 16), torch.float8_e5m2: _Grid(21, 0x38800000, 0)}
+# bf16 / fp16 params take the low 16 bits of a hash of their own
+PARAM_GRIDS = {torch.bfloat16: _Grid(16, 0x00800000, 0), torch.float16: _Grid(13, 0x38800000, 0)}
+_PARAM_SALT = 0x85EBCA6B
 
 
 def _signed(c: int) -> int:
@@ -68,15 +73,46 @@ def _hash(o: Any, g: Any, m_code: Any, v_code: Any, key: Any) -> Any:
     return _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(codes, _signed(_CODE_MUL))), key))
 
 
+def _param_hash(o: Any, x: Any, p0: Any, key: Any) -> Any:
+    """A param's 32 random bits from (key, x: the op's per-element input, p0: the param
+    before the step, both float32)."""
+    spread = o.umul(o.bits(p0), _signed(_CODE_MUL))
+    return _mix(o, o.xor(o.xor(o.band(o.bits(x), _GRAD_MASK), spread), o.xor(key, _PARAM_SALT)))
+
+
 def _round(o: Any, grid: _Grid, x: Any, h: Any) -> Any:
     """One element: ``x`` (float32) rounded onto the grid with its 16 bits of the hash ``h``."""
-    dither = o.add(o.shl(o.band(o.shr(h, grid.hash_shift), 0xFFFF), grid.drop - 16), 1 << (grid.drop - 17))
+    bits16 = o.band(o.shr(h, grid.hash_shift), 0xFFFF)
+    if grid.drop > 16:  # centred: 16 bits below more dropped ones
+        dither = o.add(o.shl(bits16, grid.drop - 16), 1 << (grid.drop - 17))
+    else:  # the top `drop` of the 16 bits: exactly uniform
+        dither = o.shr(bits16, 16 - grid.drop)
     bits = o.bits(x)
     mag = o.band(bits, 0x7FFFFFFF)
     offset = o.mul(o.to_float(o.less_than(mag, grid.min_normal_bits)), grid.min_normal)  # 2^Emin below it, else 0
     kept = o.band(o.add(o.bits(o.add(o.from_bits(mag), offset)), dither), _M32 & ~((1 << grid.drop) - 1))
     rounded = o.bor(o.bits(o.sub(o.from_bits(kept), offset)), o.band(bits, 0x80000000))
     return o.from_bits(o.where(o.less_than(mag, 0x7F800000), rounded, bits))
+
+
+def key_of(seed: int, step: int = 0) -> int:
+    """:func:`tensor_key` of one step count as a Python int (LARS, which counts no steps: 0)."""
+    seed &= (1 << 64) - 1
+    hi, lo = _mix_int(seed >> 32), seed & _M32
+    return _mix_int(_mix_int((step & _M32) ^ hi) ^ lo)
+
+
+def round_param(B: Any, key: Any, x: Any, hash_in: Any, p0: Any, dtype: torch.dtype) -> Any:
+    """A bf16 / fp16 param's new value ``x`` (float32) rounded stochastically onto ``dtype``'s
+    grid, one hash per element of (``key``: a per-tensor key or a Python int, ``hash_in``: the
+    op's per-element input, ``p0``: the param before the step); the store's round to nearest
+    then keeps it (``csrc/common/rounding.h`` round_param)."""
+    grid = PARAM_GRIDS[dtype]
+    if isinstance(key, int):
+        return B.elementwise(lambda o, x_, h_, p_: _round(o, grid, x_, _param_hash(o, h_, p_, key)),
+                             [x, hash_in, p0], torch.float32)
+    return B.elementwise(lambda o, x_, h_, p_, k: _round(o, grid, x_, _param_hash(o, h_, p_, k)),
+                         [x, hash_in, p0, key], torch.float32)
 
 
 def tensor_key(B: Any, seed: int, steps: Any) -> Any:

@@ -15,7 +15,8 @@ import torch
 from conftest import assert_tensor_close, randn, raw_op_kwargs
 
 import inductor_lamb
-from inductor_lamb import reference
+from inductor_lamb import reference, rounding
+from inductor_lamb._inductor.backends import TorchBackend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 20000  # > 1 chunk, odd tail
@@ -39,6 +40,7 @@ def lib(tmp_path_factory):
     lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
     lib.rounding_both_ways.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr]
+    lib.round_params.argtypes = [i64, i32, ctypes.c_uint32, ptr, ptr, ptr, ptr]
     return lib
 
 
@@ -147,6 +149,28 @@ def test_stochastic_codes_are_the_encoded_rounded_values(lib):
     assert torch.equal(out["vc"][v_in], out["vr"][v_in].to(torch.float8_e5m2).view(torch.uint8))
     # the rounded values are on the grid (so encoding them is exact)
     assert torch.equal(out["mr"][x.isfinite()], out["mr"].to(torch.float8_e4m3fn).float()[x.isfinite()])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_param_rounding_is_the_same_in_cpp_and_torch(lib, dtype):
+    """rounding::round_param on floats (the CUDA kernels' and the host's) against
+    rounding.round_param on tensors (the lowering's, the decomposition's): the same bits,
+    on values between grid points, on the grid, subnormal, huge, signed zeros and NaN; and
+    every result is on dtype's grid, less than a grid step from the value."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.cat([randn((4000,), torch.float32, gen), randn((1000,), torch.float32, gen, 1e-6),
+                   torch.tensor([0.0, -0.0, 1e-40, -3e-39, 6e-5, 65000.0, 3e38, float("inf"), float("nan")])])
+    x = torch.cat([x, x.to(dtype).float()])  # on the grid too
+    hash_in, p0 = randn(x.shape, torch.float32, gen), randn(x.shape, torch.float32, gen).to(dtype).float()
+    key = rounding.key_of(7, 3)
+    out = torch.empty_like(x)
+    lib.round_params(len(x), 0 if dtype == torch.bfloat16 else 1, key, ptr(x), ptr(hash_in), ptr(p0), ptr(out))
+    expected = rounding.round_param(TorchBackend(), key, x, hash_in, p0, dtype)
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+    finite = x.isfinite() & (x.abs() < torch.finfo(dtype).max / 2)
+    assert torch.equal(out[finite], out[finite].to(dtype).float())  # on the grid: the store keeps it
+    spacing = torch.finfo(dtype).eps * x.abs().clamp(min=torch.finfo(dtype).tiny)  # (at most one grid step away)
+    assert ((out - x).abs()[finite] <= spacing[finite] + torch.finfo(dtype).smallest_normal * 2**-10).all()
 
 
 @pytest.mark.parametrize("cap", ["best", "default"])

@@ -7,13 +7,16 @@ namespace inductor_lamb::adagrad {
 struct Hyper {
   double lr_decay, weight_decay, eps;
   bool maximize;
+  bool stochastic_rounding;  // bf16/fp16 params without master copies (common/rounding.h)
+  int64_t seed;              // of the rounding's random bits
 };
 
 // The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
 // common/op_args.h; a template keeps this header free of torch for nvcc).
 template <typename A>
 Hyper hyper_of(const A& a) {
-  return {a.real("lr_decay"), a.real("weight_decay"), a.real("eps"), a.flag("maximize")};
+  return {a.real("lr_decay"), a.real("weight_decay"), a.real("eps"), a.flag("maximize"),
+          a.flag("stochastic_rounding"), a.integer("seed")};
 }
 
 // The step's learning rate lr / (1 + (t - 1) lr_decay), t the incremented step.

@@ -13,6 +13,8 @@ struct Hyper {
   const float* beta2;
   double eps, weight_decay, max_grad_norm;
   bool bias_correction, grad_averaging, always_adapt, trust_clip;
+  bool stochastic_rounding;  // bf16/fp16 params without master copies (common/rounding.h)
+  int64_t seed;              // of the rounding's random bits
 };
 
 // The hyper-parameters of a call, read by name from its arguments (A: OpArgs,
@@ -21,7 +23,8 @@ template <typename A>
 Hyper hyper_of(const A& a) {
   return {a.scalar("beta1"),         a.scalar("beta2"),          a.real("eps"),
           a.real("weight_decay"),     a.real("max_grad_norm"),    a.flag("bias_correction"),
-          a.flag("grad_averaging"),   a.flag("always_adapt"),     a.flag("trust_clip")};
+          a.flag("grad_averaging"),   a.flag("always_adapt"),     a.flag("trust_clip"),
+          a.flag("stochastic_rounding"), a.integer("seed")};
 }
 
 constexpr int kReductions = 2;  // per tensor: ||p||^2, ||u||^2 (sums over shards)

@@ -11,6 +11,8 @@ namespace inductor_lamb::lars {
 struct Hyper {
   const float* momentum;  // scheduled: 0-d float32 tensor on the op's device
   double lars_coeff, eps, rescale_grad;
+  bool stochastic_rounding;  // bf16/fp16 params without master copies (common/rounding.h)
+  int64_t seed;              // of the rounding's random bits (LARS counts no steps: step 0)
 };
 
 struct Options {
@@ -22,7 +24,8 @@ struct Options {
 // common/op_args.h; a template keeps this header free of torch for nvcc).
 template <typename A>
 Hyper hyper_of(const A& a) {
-  return {a.scalar("momentum"), a.real("lars_coeff"), a.real("eps"), a.real("rescale_grad")};
+  return {a.scalar("momentum"), a.real("lars_coeff"), a.real("eps"), a.real("rescale_grad"),
+          a.flag("stochastic_rounding"), a.integer("seed")};
 }
 
 // The options of param i: weight_decay has one value for all or one per param;

@@ -1,6 +1,7 @@
 #pragma once
-// LAMB16's stochastic rounding to float8 (docs/design.md, CONTRIBUTING.md), once for
-// every backend: the CUDA kernels and the host use it on float / uint32_t, the
+// Stochastic rounding, once for every backend: LAMB16's moments to float8, and bfloat16 /
+// float16 params without master copies to their storage type (docs/design.md,
+// CONTRIBUTING.md). The CUDA kernels and the host use it on float / uint32_t, the
 // CPU kernels on vectors (cpu/vec_engine.h gives the lane type, which must have
 // the uint32 operators used below; shifts are logical, products wrap mod 2^32).
 // The Inductor lowering, the decomposition and the reference write the same
@@ -12,15 +13,16 @@
 // element's stored m and v codes before the step), so the rounding of an element
 // depends only on its own inputs: not on its position, the list it sits in, the
 // shard it lives on, the thread count or the backend. Its high 16 bits dither m,
-// its low 16 bits v.
+// its low 16 bits v. A param's hash (param_hash) is built the same way from its own
+// inputs.
 //
-// Rounding: a float32 |x| on the float8 grid's normal range keeps the top
+// Rounding: a float32 |x| on the grid's normal range keeps the top
 // 23 - kDrop mantissa bits of |x| + dither (dither uniform below the dropped
 // bits): the larger neighbour comes with probability (|x| - lower) / spacing.
-// Below the smallest normal (float8 subnormals, spacing 2^(Emin - mantissa bits),
+// Below the smallest normal (subnormals, spacing 2^(Emin - mantissa bits),
 // the spacing at 2^Emin too) the same is done to |x| + 2^Emin, then 2^Emin is
-// taken off again. The result is on the float8 grid, so the encoder's round to
-// nearest even keeps it. Non-finite values pass through.
+// taken off again. The result is on the grid, so the encoder's round to nearest
+// even keeps it. Non-finite values pass through.
 #include <stdint.h>
 
 #include "common/math.h"
@@ -42,6 +44,22 @@ struct E4M3 {  // m
 };
 struct E5M2 {  // v
   static constexpr int kMantissa = 2, kBias = 15;
+  static constexpr int kDrop = 23 - kMantissa;
+  static constexpr uint32_t kMinNormalBits = 0x38800000u;  // 2^-14
+  static constexpr int kHashShift = 0;
+};
+
+// The grids of the params' 16-bit storage types: bfloat16 and float16 params without
+// float32 master copies are written rounded stochastically onto them (the low 16 bits of
+// a hash of their own, param_hash, dither them).
+struct BF16 {
+  static constexpr int kMantissa = 7;
+  static constexpr int kDrop = 23 - kMantissa;
+  static constexpr uint32_t kMinNormalBits = 0x00800000u;  // 2^-126, float32's own
+  static constexpr int kHashShift = 0;
+};
+struct F16 {
+  static constexpr int kMantissa = 10;
   static constexpr int kDrop = 23 - kMantissa;
   static constexpr uint32_t kMinNormalBits = 0x38800000u;  // 2^-14
   static constexpr int kHashShift = 0;
@@ -79,11 +97,28 @@ INDUCTOR_LAMB_HD U element_hash(uint32_t key, const U& grad_bits, const U& m_cod
   return mix<U>((grad_bits & U(kGradMask)) ^ ((m_code | (v_code << 8)) * kCodeMul) ^ U(key));
 }
 
-// The moment's 16 random bits of the hash as a dither below the kDrop dropped
-// bits, centred (half a step added) so that 16 bits give an unbiased rounding to 2^-17.
+// A param's 32 random bits: x_bits the bits of a float32 value of the element that changes
+// every step (each op says which: LAMB its new m, LAMB16 and LARS and Adagrad its grad),
+// truncated to bfloat16 as the gradient above; p_bits the float32 bits of the param as stored
+// before the step (exact, from bfloat16 or float16). Salted apart from element_hash, whose
+// bits LAMB16's moments use in the same step.
+constexpr uint32_t kParamSalt = 0x85ebca6bu;
+
+template <typename U>
+INDUCTOR_LAMB_HD U param_hash(uint32_t key, const U& x_bits, const U& p_bits) {
+  return mix<U>((x_bits & U(kGradMask)) ^ (p_bits * kCodeMul) ^ U(key ^ kParamSalt));
+}
+
+// The grid's 16 random bits of the hash as a dither below the kDrop dropped bits: for
+// float8 (20, 21 dropped) centred (half a step added) so that 16 bits give an unbiased
+// rounding to 2^-17; for bfloat16 (16 dropped) and float16 (13) the top kDrop of them,
+// exactly uniform.
 template <typename Grid, typename U>
 INDUCTOR_LAMB_HD U dither(const U& hash) {
-  return (((hash >> Grid::kHashShift) & U(0xffffu)) << (Grid::kDrop - 16)) + U(1u << (Grid::kDrop - 17));
+  if constexpr (Grid::kDrop > 16)
+    return (((hash >> Grid::kHashShift) & U(0xffffu)) << (Grid::kDrop - 16)) + U(1u << (Grid::kDrop - 17));
+  else
+    return ((hash >> Grid::kHashShift) & U(0xffffu)) >> (16 - Grid::kDrop);
 }
 
 // x (finite values within the float8 format's range; anything else passes)
@@ -102,6 +137,15 @@ INDUCTOR_LAMB_HD typename L::F stochastic_round(const typename L::F& x, const ty
   const U kept = (L::as_bits(L::as_float(mag) + offset) + dither) & U(~((1u << Grid::kDrop) - 1u));
   const U rounded = L::as_bits(L::as_float(kept) - offset) | (bits & U(0x80000000u));
   return L::as_float(L::select(L::less_than(mag, U(0x7f800000u)), rounded, bits));
+}
+
+// A bfloat16 or float16 param's new value x (float32) rounded stochastically onto its
+// storage grid (Grid BF16 or F16), which the store's round to nearest then keeps;
+// x_bits, p0: param_hash's inputs.
+template <typename Grid, typename L>
+INDUCTOR_LAMB_HD typename L::F round_param(uint32_t key, const typename L::F& x, const typename L::F& hash_in,
+                                           const typename L::F& p0) {
+  return stochastic_round<Grid, L>(x, dither<Grid>(param_hash(key, L::as_bits(hash_in), L::as_bits(p0))));
 }
 
 // The same rounding of x (within the format's finite range, as the moments' clamps

@@ -18,6 +18,7 @@ struct AdagradStep {
     if (c.skip) return;
     const double lr_value = c.lr();
     const auto t = increment_steps(steps);
+    c.param_keys(&steps);
     std::vector<float> clr(c.n);
     for (size_t i = 0; i < c.n; ++i) clr[i] = adagrad::clr(lr_value, t[i], c.hyper.lr_decay);
     const AdagradArgs args{c.tensors.data(), clr.data(), c.chunk_span(), c.hyper,

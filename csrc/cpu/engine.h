@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/op_args.h"
+#include "common/rounding.h"
 #include "cpu/types.h"
 
 namespace inductor_lamb::cpu {
@@ -124,6 +125,19 @@ struct CpuCall {
       t = TensorPtrs{rows.param(i), rows.grad(i), {nullptr, nullptr}, nullptr, rows.dtypes()[i]};
       for (int k = 0; k < num_states; ++k) t.state[k] = rows.state(i, k);
       if (master >= 0) t.master = rows.floats(i, num_states);
+    }
+  }
+
+  // With stochastic_rounding, a bf16/fp16 param without a master copy is written rounded
+  // stochastically, keyed by (seed, its step count): `steps` as this step counts them (after
+  // the increment), or none (LARS, which counts no steps: 0).
+  void param_keys(const at::TensorList* steps) {
+    if (!hyper.stochastic_rounding || master >= 0) return;
+    for (size_t i = 0; i < n; ++i) {
+      TensorPtrs& t = tensors[i];
+      if (t.dtype == Dtype::Float) continue;
+      t.round_param = true;
+      t.param_key = rounding::tensor_key(hyper.seed, steps ? *(*steps)[i].data_ptr<float>() : 0.f);
     }
   }
 

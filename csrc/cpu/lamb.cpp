@@ -34,7 +34,10 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
       coeffs_[i].inv_bc1 = lamb::inv_bias_correction(*h.beta1, t, h.bias_correction);
       coeffs_[i].inv_bc2 = lamb::inv_bias_correction(*h.beta2, t, h.bias_correction);
     }
-    if (apply) lr_ = c_.lr();
+    if (apply) {
+      lr_ = c_.lr();
+      c_.param_keys(&steps_);
+    }
   }
 
   // Pass 1: m and v updated; per tensor (||p||^2, ||u||^2).

@@ -33,7 +33,10 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
 
   void begin(bool reduce, bool apply) {
     if (reduce) increment_steps(steps_);  // no bias correction in LAMB16; steps count like torch.optim's
-    if (apply) lr_ = c_.lr();
+    if (apply) {
+      lr_ = c_.lr();
+      c_.param_keys(&steps_);
+    }
   }
 
   // Pass 1 (writes nothing but the steps): per tensor ||p||^2, ||u||^2, max |m|, max v.

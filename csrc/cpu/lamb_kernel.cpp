@@ -46,11 +46,10 @@ void pass2(const LambArgs& args) {
     const float* m_ptr = state_f32(t, 0);
     const float* v_ptr = state_f32(t, 1);
     vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      F2 p = load_param(param, t.master, i, n);
+      const F2 p0 = load_param(param, t.master, i, n);
       const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
-      p.a = p.a - step_size * e.update(p.a, m.a, v.a);
-      p.b = p.b - step_size * e.update(p.b, m.b, v.b);
-      store_param(param, t.master, i, n, p);
+      const F2 p{p0.a - step_size * e.update(p0.a, m.a, v.a), p0.b - step_size * e.update(p0.b, m.b, v.b)};
+      store_param(t, param, i, n, p, m, p0);  // (a rounded param hashes the new m: pass 2 reads no grad)
     });
   });
 }

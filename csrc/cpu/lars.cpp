@@ -32,7 +32,10 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
   }
 
   void begin(bool, bool apply) {
-    if (apply) lr_ = c_.lr();
+    if (apply) {
+      lr_ = c_.lr();
+      c_.param_keys(nullptr);
+    }
   }
 
   // Layer norms (two reads, 8 bytes/param; nothing written): per tensor (||p||^2, ||g||^2).

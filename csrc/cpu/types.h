@@ -26,6 +26,8 @@ struct TensorPtrs {
   void* state[2];      // optimizer state (float32, or float8 for LAMB16), null if unused
   float* master;       // float32 master copy of param, or null
   Dtype dtype;
+  bool round_param = false;  // a bf16/fp16 param without master copy, written rounded stochastically
+  uint32_t param_key = 0;    // its rounding's per-tensor key (common/rounding.h tensor_key)
 };
 
 // Sum of squares of one list of tensors, one double per chunk (engine kernel).

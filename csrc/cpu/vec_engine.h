@@ -218,6 +218,39 @@ inline void store_param(T* param, float* master, int64_t i, int64_t n, const F2&
   store2(param + i, n, p);
 }
 
+// The storage grid of a param type that stochastic rounding rounds onto (void: none, float32).
+template <typename T>
+struct ParamGrid {
+  using Grid = void;
+};
+template <>
+struct ParamGrid<c10::BFloat16> {
+  using Grid = rounding::BF16;
+};
+template <>
+struct ParamGrid<c10::Half> {
+  using Grid = rounding::F16;
+};
+
+template <typename Grid>
+inline fVec round_param(uint32_t key, const fVec& x, const fVec& hash_in, const fVec& p0);
+
+// Writes an updated param as store_param above; a bf16 / fp16 param without a master copy
+// that rounds stochastically (TensorPtrs::round_param) is first rounded onto its grid,
+// one hash per element of (its key, hash_in: the op's per-element input, p0: the param
+// as loaded before the step; common/rounding.h param_hash).
+template <typename T>
+inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, F2 p, const F2& hash_in,
+                        const F2& p0) {
+  if constexpr (!std::is_same_v<typename ParamGrid<T>::Grid, void>) {
+    if (t.round_param) {
+      using G = typename ParamGrid<T>::Grid;
+      p = {round_param<G>(t.param_key, p.a, hash_in.a, p0.a), round_param<G>(t.param_key, p.b, hash_in.b, p0.b)};
+    }
+  }
+  store_param(param, t.master, i, n, p);
+}
+
 // f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth.
 template <typename F>
 inline void vec_range(int64_t begin, int64_t end, const F& f) {
@@ -277,10 +310,11 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
     float* state = state_f32(t, 0);
     vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
       const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
-      F2 p = load_param(param, t.master, i, n), s = load2(state + i, n);
-      p = {e.step(g.a, p.a, s.a), e.step(g.b, p.b, s.b)};
+      const F2 p0 = load_param(param, t.master, i, n);
+      F2 s = load2(state + i, n);
+      const F2 p{e.step(g.a, p0.a, s.a), e.step(g.b, p0.b, s.b)};
       store2(state + i, n, s);
-      store_param(param, t.master, i, n, p);
+      store_param(t, param, i, n, p, g, p0);  // (a rounded param hashes the grad)
     });
   });
 }
@@ -461,6 +495,20 @@ inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8,
   if (n > W) std::memcpy(m8 + W, b.m, n - W), std::memcpy(v8 + W, b.v, n - W);
 }
 #endif
+
+// A bf16 / fp16 param's new value rounded stochastically onto Grid (store_param).
+template <typename Grid>
+inline fVec round_param(uint32_t key, const fVec& x, const fVec& hash_in, const fVec& p0) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  return rounding::round_param<Grid, VecLanes>(key, x, hash_in, p0);
+#else
+  float xs[fVec::size()], hs[fVec::size()], ps[fVec::size()];
+  x.store(xs), hash_in.store(hs), p0.store(ps);
+  for (int64_t k = 0; k < fVec::size(); ++k)
+    xs[k] = rounding::round_param<Grid, rounding::ScalarLanes>(key, xs[k], hs[k], ps[k]);
+  return fVec::loadu(xs);
+#endif
+}
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).

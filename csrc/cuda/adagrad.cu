@@ -10,8 +10,10 @@ namespace {
 __global__ void update(Launch l, adagrad::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
-  const float clr = adagrad::clr(*l.lr, double(*c.t.step) + 1.0, h.lr_decay);
-  one_state_update(c, adagrad::Elem<float>(clr, h, adagrad::grad_mul(h, grad_multiplier(l, false))));
+  const float step = *c.t.step + 1.f;  // (incremented after this launch)
+  const float clr = adagrad::clr(*l.lr, double(step), h.lr_decay);
+  one_state_update(c, adagrad::Elem<float>(clr, h, adagrad::grad_mul(h, grad_multiplier(l, false))),
+                   param_round(c.t, h.stochastic_rounding, h.seed, step));
 }
 
 __global__ void increment_steps(Launch l) {

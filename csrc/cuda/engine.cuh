@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "common/rounding.h"
 #include "cuda/launch.h"
 
 namespace inductor_lamb::cuda {
@@ -44,6 +45,29 @@ __device__ __forceinline__ float load_param(const TensorMeta& t, int64_t i) {
 __device__ __forceinline__ void store_param(const TensorMeta& t, int64_t i, float x) {
   if (t.master) t.master[i] = x;
   store(t.param, t.dtype, i, x);
+}
+
+// Stochastic rounding of a bf16 / fp16 param without a master copy (common/rounding.h):
+// whether this tensor's params round so, and its key, from the op's stochastic_rounding
+// and seed and the step as this step counts it (LARS: 0).
+struct ParamRound {
+  uint32_t key;
+  bool on;
+};
+__device__ __forceinline__ ParamRound param_round(const TensorMeta& t, bool stochastic, int64_t seed, float step) {
+  const bool on = stochastic && !t.master && t.dtype != Dtype::Float;
+  return {on ? rounding::tensor_key(seed, step) : 0u, on};
+}
+// store_param, rounding first when r.on: one hash of (r.key, hash_in: the op's per-element
+// input, p0: the param before the step), as the CPU kernels.
+__device__ __forceinline__ void store_param(const TensorMeta& t, int64_t i, float x, const ParamRound& r,
+                                            float hash_in, float p0) {
+  if (r.on) {
+    using rounding::ScalarLanes;
+    x = t.dtype == Dtype::BFloat16 ? rounding::round_param<rounding::BF16, ScalarLanes>(r.key, x, hash_in, p0)
+                                   : rounding::round_param<rounding::F16, ScalarLanes>(r.key, x, hash_in, p0);
+  }
+  store_param(t, i, x);
 }
 
 __device__ __forceinline__ bool skip_step(const Launch& l) { return l.found_inf && *l.found_inf != 0.f; }
@@ -118,15 +142,17 @@ __device__ __forceinline__ float tensor_max(const Launch& l, const TensorMeta& t
 }
 
 // The element loop of a one-pass update with one float32 state list (LARS,
-// Adagrad) over this block's chunk: p = e.step(g, p, s), s updated in place.
+// Adagrad) over this block's chunk: p = e.step(g, p, s), s updated in place; r: the
+// params' stochastic rounding.
 template <typename Elem>
-__device__ __forceinline__ void one_state_update(const BlockChunk& c, const Elem& e) {
+__device__ __forceinline__ void one_state_update(const BlockChunk& c, const Elem& e, const ParamRound& r) {
   float* state = state_f32(c.t, 0);
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
     float s = state[i];
-    const float p = e.step(load(c.t.grad, c.t.dtype, i), load_param(c.t, i), s);
+    const float g = load(c.t.grad, c.t.dtype, i), p0 = load_param(c.t, i);
+    const float p = e.step(g, p0, s);
     state[i] = s;
-    store_param(c.t, i, p);
+    store_param(c.t, i, p, r, g, p0);  // (a rounded param hashes the grad as stored)
   }
 }
 

@@ -56,9 +56,10 @@ __global__ void pass2(Launch l, lamb::Hyper h) {
   const float step_size = k[kStepSize];
   const float* m = state_f32(t, 0);
   const float* v = state_f32(t, 1);
+  const ParamRound round = param_round(t, h.stochastic_rounding, h.seed, *t.step);  // (incremented by reduce)
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i);
-    store_param(t, i, p - step_size * e.update(p, m[i], v[i]));
+    const float p = load_param(t, i), mi = m[i];
+    store_param(t, i, p - step_size * e.update(p, mi, v[i]), round, mi, p);  // (hashes the new m, as on CPU)
   }
 }
 

@@ -39,7 +39,8 @@ __global__ void update(Launch l, lars::Hyper h) {
   if (skip_step(l)) return;
   const BlockChunk c(l, blockIdx.x);
   one_state_update(c, lars::Elem<float>(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr],
-                                         float(c.t.options.weight_decay), grad_mul(l, h)));
+                                         float(c.t.options.weight_decay), grad_mul(l, h)),
+                   param_round(c.t, h.stochastic_rounding, h.seed, 0.f));  // (LARS counts no steps)
 }
 
 }  // namespace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
+from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 
 def adagrad_step(B: Backend, a: SimpleNamespace) -> None:
@@ -19,4 +19,5 @@ def adagrad_step(B: Backend, a: SimpleNamespace) -> None:
         g = B.add(g, B.mul(p, a.weight_decay))
     # The state sum is written before p (the update reads the new sum).
     B.assign(a.state_sums, B.add(a.state_sums, B.mul(g, g)))
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(B.div(g, B.add(B.sqrt(a.state_sums), a.eps)), clr)))
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(B.div(g, B.add(B.sqrt(a.state_sums), a.eps)), clr)),
+                  param_rounding(B, a, B.to_float(a.grads), t))  # (a rounded param hashes the grad as stored)

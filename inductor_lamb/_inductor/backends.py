@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..rounding import TensorOps
+from ..rounding import PARAM_GRIDS, TensorOps, key_of, round_param, tensor_key
 
 aten = torch.ops.aten
 
@@ -63,6 +63,10 @@ class Backend:
         return _zip_map(self._absmax, a)
     def pow(self, a, exponent: float): return _zip_map(lambda x: self._pow(x, exponent), a)
     def to_float(self, a): return _zip_map(self._to_float, a)
+
+    def dtype(self, x) -> torch.dtype:
+        """The storage dtype of tensor ``x``."""
+        raise NotImplementedError
 
     def one_minus(self, a): return self.add(self.mul(a, -1.0), 1.0)
 
@@ -146,6 +150,8 @@ class IRBackend(Backend):
     def _sumsq(self, a): return self.lw[aten.sum.default](self._mul(a, a))
     def _pow(self, a, e): return self.lw[aten.pow.Tensor_Scalar](a, e)
     def _to_float(self, a): return self.L.to_dtype(a, torch.float32)
+
+    def dtype(self, x): return x.get_dtype()
 
     def _elementwise(self, fn, inputs, dtype):
         from torch._inductor import ir
@@ -306,6 +312,8 @@ class TorchBackend(Backend):
     def _pow(self, a, e): return torch.pow(a, e)
     def _to_float(self, a): return a.float()
 
+    def dtype(self, x): return x.dtype
+
     def _where_positive(self, a, b, then, otherwise):
         return torch.where((a > 0) & (b > 0), then, otherwise)
 
@@ -410,9 +418,27 @@ def master_or_params(B: Backend, params: list[Any], master_params: list[Any] | N
     return list(master_params) if master_params is not None else B.to_float(params)
 
 
-def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None, new: list[Any]) -> None:
+def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None, new: list[Any],
+                  rounding: tuple[Any, Any] | None = None) -> None:
+    """The new params (float32): into the master copies if any, then into the params.
+    ``rounding`` (:func:`param_rounding`): bf16 / fp16 params without master copies are
+    rounded stochastically onto their grid first, as the kernels do."""
     B.assign(master_params, new)
+    if rounding is not None and master_params is None:
+        keys, hash_in = rounding
+        p0 = B.to_float(params)
+        new = [round_param(B, B.item(keys, i), x, hash_in[i], p0[i], B.dtype(p)) if B.dtype(p) in PARAM_GRIDS else x
+               for i, (p, x) in enumerate(zip(params, new))]
     B.assign(params, new)
+
+
+def param_rounding(B: Backend, a: Any, hash_in: list[Any], steps: list[Any] | None) -> tuple[Any, Any] | None:
+    """What :func:`assign_params` rounds with when the op rounds params stochastically:
+    the per-tensor keys from ``steps`` as this step counts them (None: LARS, step 0) and
+    ``hash_in``, the op's per-element hash input (csrc/common/rounding.h param_hash)."""
+    if not a.stochastic_rounding or a.master_params is not None:
+        return None
+    return (key_of(a.seed) if steps is None else tensor_key(B, a.seed, steps)), hash_in
 
 
 def increment_steps(B: Backend, steps: list[Any]) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
+from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 
 def _step_scalars(B: Backend, a: SimpleNamespace, t: list[Any]) -> SimpleNamespace:
@@ -65,5 +65,8 @@ def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> N
         step_size = a.lr
     # Re-reads the m, v (and steps) the reduce phase wrote (recomputing u beats storing it).
     s = getattr(a, "step_scalars", None) or _step_scalars(B, a, list(a.steps))
-    u = _update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), s)
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))
+    m = list(a.exp_avgs)
+    u = _update(B, a, p, m, list(a.exp_avg_sqs), s)
+    # (a rounded param hashes the new m, as the kernels' pass 2, which reads no grad)
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)),
+                  param_rounding(B, a, m, list(a.steps)))

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..rounding import FP8_MAX, element_hash, stochastic_round, tensor_key
-from .backends import Backend, assign_params, increment_steps, master_or_params, scaled_grads
+from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
 _M_MAX = FP8_MAX[torch.float8_e4m3fn]
@@ -77,7 +77,7 @@ def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) ->
         m_new = stochastic_round(B, m_new, hashes, torch.float8_e4m3fn)
         v_new = stochastic_round(B, v_new, hashes, torch.float8_e5m2)
 
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)))
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)), param_rounding(B, a, g, list(a.steps)))
     B.assign(a.exp_avgs, m_new)
     B.assign(a.exp_avg_sqs, v_new)
     B.assign(a.exp_avg_scales, m_scale)

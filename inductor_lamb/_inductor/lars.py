@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from .backends import Backend, assign_params, master_or_params, scaled_grads
+from .backends import Backend, assign_params, master_or_params, param_rounding, scaled_grads
 
 
 def per_param(values, n: int, if_empty):
@@ -44,4 +44,5 @@ def lars_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> N
             local_lr.append(lr)
     decayed = [B.add(g[i], B.mul(p[i], wds[i])) if wds[i] else g[i] for i in range(n)]
     B.assign(a.momentum_buffers, B.add(B.mul(a.momentum_buffers, a.momentum), B.mul(decayed, local_lr)))
-    assign_params(B, a.params, a.master_params, B.sub(p, a.momentum_buffers))
+    assign_params(B, a.params, a.master_params, B.sub(p, a.momentum_buffers),
+                  param_rounding(B, a, B.to_float(a.grads), None))  # (the grad as stored; no steps: step 0)

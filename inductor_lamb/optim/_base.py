@@ -20,10 +20,11 @@ from . import _sharding
 from ._buckets import _BUCKET_LISTS, Buckets, OpFamily
 from ._checkpoint import CheckpointState
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
+                         check_seed,
                          group_device, group_dtype, plain_group)
 
 __all__ = ["FusedOptimizer", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
-           "check_momentum", "check_nonnegative"]
+           "check_momentum", "check_nonnegative", "check_seed"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 # Param dtypes the optimizers take: the ops' three, and float64, which steps

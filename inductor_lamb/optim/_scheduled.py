@@ -57,6 +57,13 @@ def check_nonnegative(**values: float) -> None:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
+def check_seed(seed: Any) -> int:
+    """The seed of a stochastic rounding's random bits: any int64."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
+        raise ValueError(f"Invalid seed: {seed!r} (expected an int64)")
+    return seed
+
+
 class ScheduledValues:
     """The 0-d float32 tensors of one param group's scheduled hyper-parameters.
 

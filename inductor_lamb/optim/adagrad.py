@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import ADAGRAD
-from ._base import FusedOptimizer, OpFamily, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_nonnegative, check_seed
 
 __all__ = ["Adagrad"]
 
@@ -35,12 +35,20 @@ class Adagrad(FusedOptimizer):
         eps: added to the denominator.
         maximize: maximize the objective.
         master_weights: float32 master copies of bfloat16/float16 params.
+        stochastic_rounding: write bfloat16/float16 params that have no master copy
+            rounded stochastically (default): up or down with the probabilities that
+            make the stored param right on average, so that updates below the
+            format's spacing are not lost; ``False`` rounds them to nearest even.
+        seed: seed of the rounding's random bits (any int); the same on every rank
+            of a sharded run.
         unscale_in_step: GradScaler unscales the grads inside the step (see
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
     """
 
     _ops = OpFamily(ADAGRAD, (ops.adagrad_step_,), (reference.adagrad_step,))
     _state_keys = ("sum",)
+    # torch.optim.Adagrad and 0.2.0 round params to nearest
+    _options_before_they_existed = {"stochastic_rounding": False}
 
     def __init__(
         self,
@@ -53,6 +61,8 @@ class Adagrad(FusedOptimizer):
         *,
         maximize: bool = False,
         master_weights: bool = False,
+        stochastic_rounding: bool = True,
+        seed: int = 0,
         unscale_in_step: bool = False,
     ) -> None:
         check_nonnegative(lr_decay=lr_decay, weight_decay=weight_decay,
@@ -60,7 +70,7 @@ class Adagrad(FusedOptimizer):
         defaults = dict(
             lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize,
-            master_weights=master_weights,
+            master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
         super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 

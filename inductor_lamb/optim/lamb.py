@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative, check_seed
 
 __all__ = ["Lamb"]
 
@@ -41,6 +41,12 @@ class Lamb(FusedOptimizer):
             over the param group.
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
+        stochastic_rounding: write bfloat16/float16 params that have no master copy
+            rounded stochastically (default): up or down with the probabilities that
+            make the stored param right on average, so that updates below the
+            format's spacing are not lost; ``False`` rounds them to nearest even.
+        seed: seed of the rounding's random bits (any int); the same on every rank
+            of a sharded run.
         unscale_in_step: GradScaler unscales the grads inside the step (see
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
 
@@ -52,6 +58,7 @@ class Lamb(FusedOptimizer):
                     (reference.lamb_step, reference.lamb_reduce, reference.lamb_apply))
     _state_keys = ("exp_avg", "exp_avg_sq")
     _scheduled = {"lr": check_lr, "betas": check_betas}
+    _options_before_they_existed = {"stochastic_rounding": False}  # 0.2.0 rounded params to nearest
 
     def __init__(
         self,
@@ -67,6 +74,8 @@ class Lamb(FusedOptimizer):
         trust_clip: bool = False,
         max_grad_norm: float = 0.0,
         master_weights: bool = False,
+        stochastic_rounding: bool = True,
+        seed: int = 0,
         unscale_in_step: bool = False,
     ) -> None:
         check_betas(betas)
@@ -75,6 +84,7 @@ class Lamb(FusedOptimizer):
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
             max_grad_norm=max_grad_norm, master_weights=master_weights,
+            stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
         super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB16
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative, check_seed
 
 __all__ = ["Lamb16"]
 
@@ -46,8 +46,9 @@ class Lamb16(FusedOptimizer):
         weight_decay: decoupled weight decay, part of the update ``u``.
         trust_scale: exponent of the lr-rescaled trust ratio (0 disables adaptation).
         master_weights: keep a float32 master copy of bfloat16/float16 params.
-        stochastic_rounding: round the stored moments stochastically (default);
-            ``False`` rounds them to nearest even.
+        stochastic_rounding: round the stored moments stochastically (default), and
+            bfloat16/float16 params that have no master copy too; ``False`` rounds
+            both to nearest even.
         seed: seed of the stochastic rounding's random bits (any int); the same
             on every rank of a sharded run.
         unscale_in_step: GradScaler unscales the grads inside the step (see
@@ -82,11 +83,9 @@ class Lamb16(FusedOptimizer):
     ) -> None:
         check_betas(betas)
         check_nonnegative(eps=eps, weight_decay=weight_decay, trust_scale=trust_scale)
-        if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
-            raise ValueError(f"Invalid seed: {seed!r} (expected an int64)")
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_scale=trust_scale,
-            master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=seed,
+            master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
         super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 

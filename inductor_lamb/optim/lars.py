@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LARS
-from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative
+from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative, check_seed
 
 __all__ = ["Lars"]
 
@@ -60,6 +60,12 @@ class Lars(FusedOptimizer):
         exclude_from_layer_adaptation: parameters that keep decay but use ``lr`` as is.
         rescale_grad: gradients are multiplied by this first.
         master_weights: float32 master copies of bfloat16/float16 params.
+        stochastic_rounding: write bfloat16/float16 params that have no master copy
+            rounded stochastically (default): up or down with the probabilities that
+            make the stored param right on average, so that updates below the
+            format's spacing are not lost; ``False`` rounds them to nearest even.
+        seed: seed of the rounding's random bits (any int); the same on every rank
+            of a sharded run.
         unscale_in_step: GradScaler unscales the grads inside the step (see
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
 
@@ -71,6 +77,7 @@ class Lars(FusedOptimizer):
                     (reference.lars_step, reference.lars_reduce, reference.lars_apply))
     _state_keys = ("momentum_buffer",)
     _scheduled = {"lr": check_lr, "momentum": check_momentum}
+    _options_before_they_existed = {"stochastic_rounding": False}  # 0.2.0 rounded params to nearest
 
     def __init__(
         self,
@@ -85,6 +92,8 @@ class Lars(FusedOptimizer):
         exclude_from_layer_adaptation: Exclusion = None,
         rescale_grad: float = 1.0,
         master_weights: bool = False,
+        stochastic_rounding: bool = True,
+        seed: int = 0,
         unscale_in_step: bool = False,
     ) -> None:
         check_nonnegative(momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps)
@@ -94,6 +103,7 @@ class Lars(FusedOptimizer):
         defaults = dict(
             lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
             rescale_grad=rescale_grad, master_weights=master_weights,
+            stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
         super().__init__(params, defaults, unscale_in_step=unscale_in_step)
 

@@ -97,6 +97,16 @@ void rounding_both_ways(int64_t n, const float* x, const uint32_t* hash, float* 
   }
 }
 
+// Stochastic rounding of bf16 (grid 0) or fp16 (grid 1) params: x the new values, hash_in
+// and p0 param_hash's inputs (what the CUDA kernels round with before storing a param).
+void round_params(int64_t n, int grid, uint32_t key, const float* x, const float* hash_in, const float* p0,
+                  float* out) {
+  using namespace rounding;
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = grid == 0 ? round_param<BF16, ScalarLanes>(key, x[i], hash_in[i], p0[i])
+                       : round_param<F16, ScalarLanes>(key, x[i], hash_in[i], p0[i]);
+}
+
 // LARS, one tensor; inv_grad_scale = 1 / grad_scale.
 void lars_step(int64_t n, float* p, const float* g, float* buf, double lr, float momentum, double lars_coeff,
                double eps, double rescale_grad, double weight_decay, int layer_adaptation, float inv_grad_scale) {
