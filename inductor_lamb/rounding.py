@@ -73,11 +73,11 @@ def _hash(o: Any, g: Any, m_code: Any, v_code: Any, key: Any) -> Any:
     return _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(codes, _signed(_CODE_MUL))), key))
 
 
-def _param_hash(o: Any, x: Any, p0: Any, key: Any) -> Any:
-    """A param's 32 random bits from (key, x: the op's per-element input, p0: the param
-    before the step, both float32)."""
+def _param_hash(o: Any, x: Any, p0: Any, salted_key: Any) -> Any:
+    """A param's 32 random bits from (x: the op's per-element input, p0: the param before
+    the step, both float32; the key xor the param salt, a value or a Python int)."""
     spread = o.umul(o.bits(p0), _signed(_CODE_MUL))
-    return _mix(o, o.xor(o.xor(o.band(o.bits(x), _GRAD_MASK), spread), o.xor(key, _PARAM_SALT)))
+    return _mix(o, o.xor(o.xor(o.band(o.bits(x), _GRAD_MASK), spread), salted_key))
 
 
 def _round(o: Any, grid: _Grid, x: Any, h: Any) -> Any:
@@ -108,10 +108,11 @@ def round_param(B: Any, key: Any, x: Any, hash_in: Any, p0: Any, dtype: torch.dt
     op's per-element input, ``p0``: the param before the step); the store's round to nearest
     then keeps it (``csrc/common/rounding.h`` round_param)."""
     grid = PARAM_GRIDS[dtype]
-    if isinstance(key, int):
-        return B.elementwise(lambda o, x_, h_, p_: _round(o, grid, x_, _param_hash(o, h_, p_, key)),
+    if isinstance(key, int):  # (a constant: salted here, so no operation has only constant operands)
+        salted = key ^ _PARAM_SALT
+        return B.elementwise(lambda o, x_, h_, p_: _round(o, grid, x_, _param_hash(o, h_, p_, salted)),
                              [x, hash_in, p0], torch.float32)
-    return B.elementwise(lambda o, x_, h_, p_, k: _round(o, grid, x_, _param_hash(o, h_, p_, k)),
+    return B.elementwise(lambda o, x_, h_, p_, k: _round(o, grid, x_, _param_hash(o, h_, p_, o.xor(k, _PARAM_SALT))),
                          [x, hash_in, p0, key], torch.float32)
 
 

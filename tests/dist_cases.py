@@ -30,6 +30,11 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "lamb": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01),
     "lamb_clip": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, max_grad_norm=0.5),
     "lamb_bf16": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, master_weights=True),
+    # bf16 params without master copies, rounded stochastically: sharded like whole, bit for bit
+    "lamb_sr_bf16": lambda ps: Lamb(ps, lr=LRS[0], weight_decay=0.01, seed=5),
+    "lamb16_sr_bf16": lambda ps: Lamb16(ps, lr=LRS[0], weight_decay=0.01, seed=5),
+    "lars_sr_bf16": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, lars_coeff=0.01, seed=5),
+    "adagrad_sr_bf16": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3, seed=5),
     "lamb16": lambda ps: Lamb16(ps, lr=LRS[0], weight_decay=0.01),
     "lars": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, exclude_from_weight_decay=["bias"]),
     "lars_plain": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, lars_coeff=0.01),
