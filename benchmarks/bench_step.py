@@ -2,7 +2,7 @@
 
     python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
-    python benchmarks/bench_step.py --amp [--ops ...] | --sparse | --checks
+    python benchmarks/bench_step.py --amp [--ops ...] | --sparse | --checks | --rounding
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -11,6 +11,9 @@ GB/s counts each method's minimum traffic (docs/design.md: LAMB 40, LAMB16 26, L
 20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
+
+``--rounding``: bfloat16 params without master copies, rounded to nearest against rounded
+stochastically (``stochastic_rounding``), side by side in one run, on both workloads.
 
 ``--checks``: what the argument checks cost (shapes, dtypes, and the memory-overlap
 check, which sorts every tensor's address range) against the whole step, on 1, 68 and
@@ -203,6 +206,27 @@ def run_checks(args) -> None:
             print(f"| {kind} | {w} | {step * 1e3:.3f} | {checks * 1e3:.4f} | {checks / step:.2%} |", flush=True)
 
 
+def run_rounding(args) -> None:
+    torch.set_num_threads(args.threads)
+    if args.capability:
+        inductor_lamb.set_cpu_capability(args.capability)
+    print(f"# {machine_line(args.threads)}; our CPU kernels: {inductor_lamb.cpu_capability()}\n")
+    print("| op | workload | bf16, nearest ms | bf16, stochastic ms | stochastic / nearest |")
+    print("|---|---|---|---|---|")
+    lr = torch.tensor(1e-4)
+    workloads = {"1x 1024x1024": [(1024, 1024)], "BERT-like": bert_like_shapes()}
+    for kind in args.ops:
+        for w, shapes in tqdm(workloads.items(), desc=kind, file=sys.stderr):
+            times = {}
+            for sr in (False, True):  # one state each, both timed in this run
+                s = [[t.bfloat16() if k < 2 else t for t in lst] for k, lst in enumerate(make_state(shapes, kind=kind))]
+                times[sr] = bench(lambda s=s, sr=sr: OURS[kind](*s, lr=lr, stochastic_rounding=sr, **KWARGS[kind]),
+                                  min_time=args.min_time)
+                del s
+            print(f"| {kind} | {w} | {times[False] * 1e3:.3f} | {times[True] * 1e3:.3f} | "
+                  f"{times[True] / times[False]:.3f} |", flush=True)
+
+
 def run_cuda(args) -> list[dict]:
     """The CUDA tables: every row built, timed and freed in turn (BERT-large state is GBs)."""
     from common import bench_cuda, cuda_copy_bandwidth
@@ -393,6 +417,8 @@ def main():
                     help="leave out the torch.compile(reference) row (its compile takes minutes on large lists)")
     ap.add_argument("--amp", action="store_true",
                     help="only the GradScaler table: unscale first (default) vs unscale_in_step=True")
+    ap.add_argument("--rounding", action="store_true",
+                    help="only the table of bf16 params rounded to nearest vs stochastically")
     ap.add_argument("--checks", action="store_true",
                     help="only the table of what the argument checks cost against the step (1, 68, 1000 tensors)")
     ap.add_argument("--sparse", action="store_true",
@@ -400,6 +426,8 @@ def main():
     args = ap.parse_args()
     if args.checks:
         run_checks(args)
+    elif args.rounding:
+        run_rounding(args)
     elif args.amp or args.sparse:
         if args.amp:
             run_amp(args)

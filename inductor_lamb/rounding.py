@@ -38,7 +38,6 @@ class _Grid:
 GRIDS = {torch.float8_e4m3fn: _Grid(20, 0x3C800000, 16), torch.float8_e5m2: _Grid(21, 0x38800000, 0)}
 # bf16 / fp16 params take the low 16 bits of a hash of their own
 PARAM_GRIDS = {torch.bfloat16: _Grid(16, 0x00800000, 0), torch.float16: _Grid(13, 0x38800000, 0)}
-_PARAM_SALT = 0x85EBCA6B
 
 
 def _signed(c: int) -> int:
@@ -73,11 +72,17 @@ def _hash(o: Any, g: Any, m_code: Any, v_code: Any, key: Any) -> Any:
     return _mix(o, o.xor(o.xor(o.band(o.bits(g), _GRAD_MASK), o.umul(codes, _signed(_CODE_MUL))), key))
 
 
-def _param_hash(o: Any, x: Any, p0: Any, salted_key: Any) -> Any:
-    """A param's 32 random bits from (x: the op's per-element input, p0: the param before
-    the step, both float32; the key xor the param salt, a value or a Python int)."""
-    spread = o.umul(o.bits(p0), _signed(_CODE_MUL))
-    return _mix(o, o.xor(o.xor(o.band(o.bits(x), _GRAD_MASK), spread), salted_key))
+def _param_base(o: Any, key: Any, x: Any) -> Any:
+    """The base of a param's hash from the key and x, the op's per-element float32 input
+    (rounding.h param_base)."""
+    return o.xor(o.band(o.bits(x), _GRAD_MASK), key)
+
+
+def _param_hash(o: Any, base: Any, p0: Any) -> Any:
+    """A param's random bits from its base and p0, the param before the step (float32)."""
+    h = o.xor(base, o.shr(o.bits(p0), 13))
+    h = o.umul(o.xor(h, o.shr(h, 16)), _signed(_MIX1))  # half of _mix (rounding.h says why)
+    return o.xor(h, o.shr(h, 15))
 
 
 def _round(o: Any, grid: _Grid, x: Any, h: Any) -> Any:
@@ -102,18 +107,29 @@ def key_of(seed: int, step: int = 0) -> int:
     return _mix_int(_mix_int((step & _M32) ^ hi) ^ lo)
 
 
-def round_param(B: Any, key: Any, x: Any, hash_in: Any, p0: Any, dtype: torch.dtype) -> Any:
+def round_param(B: Any, dtype: torch.dtype, x: Any, p0: Any, *, key: Any = None, hash_in: Any = None,
+                hashes: Any = None) -> Any:
     """A bf16 / fp16 param's new value ``x`` (float32) rounded stochastically onto ``dtype``'s
-    grid, one hash per element of (``key``: a per-tensor key or a Python int, ``hash_in``: the
-    op's per-element input, ``p0``: the param before the step); the store's round to nearest
-    then keeps it (``csrc/common/rounding.h`` round_param)."""
+    grid, one hash per element of its base and ``p0``, the param before the step; the store's
+    round to nearest then keeps it (``csrc/common/rounding.h`` round_param). The base: from
+    ``key`` (a per-tensor key, or a Python int) and ``hash_in`` (the op's per-element input),
+    or LAMB16's element ``hashes`` of its moments."""
     grid = PARAM_GRIDS[dtype]
-    if isinstance(key, int):  # (a constant: salted here, so no operation has only constant operands)
-        salted = key ^ _PARAM_SALT
-        return B.elementwise(lambda o, x_, h_, p_: _round(o, grid, x_, _param_hash(o, h_, p_, salted)),
-                             [x, hash_in, p0], torch.float32)
-    return B.elementwise(lambda o, x_, h_, p_, k: _round(o, grid, x_, _param_hash(o, h_, p_, o.xor(k, _PARAM_SALT))),
-                         [x, hash_in, p0, key], torch.float32)
+    round_ = _round_bf16 if dtype == torch.bfloat16 else _round
+    if hashes is not None:  # (the xor of its m and v halves: rounding.h param_hash_of_element)
+        return B.elementwise(lambda o, x_, h_: round_(o, grid, x_, o.xor(h_, o.shr(h_, 16))), [x, hashes],
+                             torch.float32)
+    if isinstance(key, int):  # (a constant: folded in by its own operation, never an operation of constants)
+        return B.elementwise(lambda o, x_, p_, h_: round_(o, grid, x_, _param_hash(o, _param_base(o, key, h_), p_)),
+                             [x, p0, hash_in], torch.float32)
+    return B.elementwise(lambda o, x_, p_, h_, k: round_(o, grid, x_, _param_hash(o, _param_base(o, k, h_), p_)),
+                         [x, p0, hash_in, key], torch.float32)
+
+
+def _round_bf16(o: Any, grid: _Grid, x: Any, h: Any) -> Any:
+    """:func:`_round` onto bfloat16's grid (float32's exponent range): the bits themselves
+    are in magnitude order, so the dither is added to them (rounding.h round_param)."""
+    return o.from_bits(o.band(o.add(o.bits(x), o.band(h, 0xFFFF)), 0xFFFF0000))
 
 
 def tensor_key(B: Any, seed: int, steps: Any) -> Any:

@@ -165,7 +165,7 @@ def test_param_rounding_is_the_same_in_cpp_and_torch(lib, dtype):
     key = rounding.key_of(7, 3)
     out = torch.empty_like(x)
     lib.round_params(len(x), 0 if dtype == torch.bfloat16 else 1, key, ptr(x), ptr(hash_in), ptr(p0), ptr(out))
-    expected = rounding.round_param(TorchBackend(), key, x, hash_in, p0, dtype)
+    expected = rounding.round_param(TorchBackend(), dtype, x, p0, key=key, hash_in=hash_in)
     assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
     finite = x.isfinite() & (x.abs() < torch.finfo(dtype).max / 2)
     assert torch.equal(out[finite], out[finite].to(dtype).float())  # on the grid: the store keeps it

@@ -97,16 +97,34 @@ INDUCTOR_LAMB_HD U element_hash(uint32_t key, const U& grad_bits, const U& m_cod
   return mix<U>((grad_bits & U(kGradMask)) ^ ((m_code | (v_code << 8)) * kCodeMul) ^ U(key));
 }
 
-// A param's 32 random bits: x_bits the bits of a float32 value of the element that changes
-// every step (each op says which: LAMB its new m, LAMB16 and LARS and Adagrad its grad),
-// truncated to bfloat16 as the gradient above; p_bits the float32 bits of the param as stored
-// before the step (exact, from bfloat16 or float16). Salted apart from element_hash, whose
-// bits LAMB16's moments use in the same step.
-constexpr uint32_t kParamSalt = 0x85ebca6bu;
+// A param's random bits (the low 16 dither it): param_hash(param_base(key, x_bits), p_bits),
+// x a float32 value of the element that changes every step (LAMB its new m; LARS and Adagrad
+// its grad), truncated to bfloat16 as the gradient above, and p_bits the float32 bits of the
+// param as stored before the step (exact, from bfloat16 or float16: its low 13 bits are zero,
+// so shifted down they fill the bits x leaves). Half of mix (one multiply): its low 16 bits
+// fold in all 32 input bits, and a param's rounding runs on every element of every step
+// (bench_step.py --rounding).
+template <typename U>
+INDUCTOR_LAMB_HD U param_base(uint32_t key, const U& x_bits) {
+  return (x_bits & U(kGradMask)) ^ U(key);
+}
 
 template <typename U>
-INDUCTOR_LAMB_HD U param_hash(uint32_t key, const U& x_bits, const U& p_bits) {
-  return mix<U>((x_bits & U(kGradMask)) ^ (p_bits * kCodeMul) ^ U(key ^ kParamSalt));
+INDUCTOR_LAMB_HD U param_hash(const U& base, const U& p_bits) {
+  U h = base ^ (p_bits >> 13);
+  h = h ^ (h >> 16);
+  h = h * kMix1;
+  return h ^ (h >> 15);
+}
+
+// LAMB16's params take their bits from its moments' element_hash (which holds the key, the
+// gradient and the codes), in two operations of its instruction-bound loop: the xor of its
+// halves, m's dither and v's, is uniform and independent of each of them (of two independent
+// uniform values, their xor is independent of either), so the param rounds independently of
+// each moment.
+template <typename U>
+INDUCTOR_LAMB_HD U param_hash_of_element(const U& element_hash) {
+  return element_hash ^ (element_hash >> 16);
 }
 
 // The grid's 16 random bits of the hash as a dither below the kDrop dropped bits: for
@@ -140,12 +158,21 @@ INDUCTOR_LAMB_HD typename L::F stochastic_round(const typename L::F& x, const ty
 }
 
 // A bfloat16 or float16 param's new value x (float32) rounded stochastically onto its
-// storage grid (Grid BF16 or F16), which the store's round to nearest then keeps;
-// x_bits, p0: param_hash's inputs.
+// storage grid (Grid BF16 or F16) with the param's bits `hash`, which the store's round to
+// nearest then keeps.
 template <typename Grid, typename L>
-INDUCTOR_LAMB_HD typename L::F round_param(uint32_t key, const typename L::F& x, const typename L::F& hash_in,
-                                           const typename L::F& p0) {
-  return stochastic_round<Grid, L>(x, dither<Grid>(param_hash(key, L::as_bits(hash_in), L::as_bits(p0))));
+INDUCTOR_LAMB_HD typename L::F round_param(const typename L::F& x, const typename L::U& hash) {
+  using U = typename L::U;
+  const U d = dither<Grid>(hash);
+  if constexpr (Grid::kMinNormalBits == 0x00800000u) {
+    // float32's exponent range (bfloat16): the bits themselves, subnormals and both signs
+    // included, are in magnitude order, so no offset is needed, and infinities and the
+    // NaNs arithmetic makes (quiet: bit 22 set) stay what they are: two operations where
+    // stochastic_round takes a dozen, on every param element of every step.
+    return L::as_float((L::as_bits(x) + d) & U(~((1u << Grid::kDrop) - 1u)));
+  } else {
+    return stochastic_round<Grid, L>(x, d);
+  }
 }
 
 // The same rounding of x (within the format's finite range, as the moments' clamps

@@ -78,7 +78,6 @@ void pass2_loop(const Lamb16Args& args) {
     uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
     vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
       Lamb16Loads<T> r(t, grad_mul, i, n);
-      const F2 p0 = r.p;                       // (a rounded param hashes it and g)
       const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
       MomentCodes codes[2];
       // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
@@ -90,7 +89,10 @@ void pass2_loop(const Lamb16Args& args) {
       };
       finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
       finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
-      store_param(t, param, i, n, r.p, r.g, p0);
+      if constexpr (Stochastic)  // (a rounded param's bits come from its moments' element hash)
+        store_param(t, param, i, n, r.p, [&](int half) { return param_hash_of_element(codes[half].hash); });
+      else
+        store_param(param, master, i, n, r.p);
       if constexpr (Stochastic) {
         store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
       } else {

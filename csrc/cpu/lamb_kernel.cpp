@@ -49,7 +49,7 @@ void pass2(const LambArgs& args) {
       const F2 p0 = load_param(param, t.master, i, n);
       const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
       const F2 p{p0.a - step_size * e.update(p0.a, m.a, v.a), p0.b - step_size * e.update(p0.b, m.b, v.b)};
-      store_param(t, param, i, n, p, m, p0);  // (a rounded param hashes the new m: pass 2 reads no grad)
+      store_param(t, param, i, n, p, p0, m);  // (a rounded param hashes the new m: pass 2 reads no grad)
     });
   });
 }

@@ -232,23 +232,42 @@ struct ParamGrid<c10::Half> {
   using Grid = rounding::F16;
 };
 
+// The per-element base of a param's hash (common/rounding.h param_base), one per lane.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+struct U32Vec;
+using HashVec = U32Vec;
+#else
+struct HashVec {
+  uint32_t v[fVec::size()];
+};
+#endif
+HashVec param_hash(uint32_t key, const fVec& x, const fVec& p0);
+HashVec param_hash_of_element(const HashVec& element_hash);
 template <typename Grid>
-inline fVec round_param(uint32_t key, const fVec& x, const fVec& hash_in, const fVec& p0);
+fVec round_param(const fVec& x, const HashVec& hash);
 
 // Writes an updated param as store_param above; a bf16 / fp16 param without a master copy
-// that rounds stochastically (TensorPtrs::round_param) is first rounded onto its grid,
-// one hash per element of (its key, hash_in: the op's per-element input, p0: the param
-// as loaded before the step; common/rounding.h param_hash).
-template <typename T>
-inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, F2 p, const F2& hash_in,
-                        const F2& p0) {
+// that rounds stochastically (TensorPtrs::round_param) is first rounded onto its grid with
+// hash(half), the param bits of half 0 or 1 of the loop step (common/rounding.h).
+template <typename T, typename Hash>
+inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, F2 p, const Hash& hash) {
   if constexpr (!std::is_same_v<typename ParamGrid<T>::Grid, void>) {
     if (t.round_param) {
       using G = typename ParamGrid<T>::Grid;
-      p = {round_param<G>(t.param_key, p.a, hash_in.a, p0.a), round_param<G>(t.param_key, p.b, hash_in.b, p0.b)};
+      p = {round_param<G>(p.a, hash(0)), round_param<G>(p.b, hash(1))};
     }
   }
   store_param(param, t.master, i, n, p);
+}
+// ... with the bits hashing (the tensor's key, hash_in: the op's per-element input, p0: the
+// param as loaded before the step).
+template <typename T>
+inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const F2& p0,
+                        const F2& hash_in) {
+  // (a generic lambda: HashVec is complete only where the loops instantiate it)
+  store_param(t, param, i, n, p, [&](auto half) {
+    return half ? param_hash(t.param_key, hash_in.b, p0.b) : param_hash(t.param_key, hash_in.a, p0.a);
+  });
 }
 
 // f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth.
@@ -314,7 +333,7 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
       F2 s = load2(state + i, n);
       const F2 p{e.step(g.a, p0.a, s.a), e.step(g.b, p0.b, s.b)};
       store2(state + i, n, s);
-      store_param(t, param, i, n, p, g, p0);  // (a rounded param hashes the grad)
+      store_param(t, param, i, n, p, p0, g);  // (a rounded param hashes the grad)
     });
   });
 }
@@ -451,15 +470,16 @@ struct OldCodes {
 };
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-struct MomentCodes {  // one float vector's codes, one per uint32 lane
-  U32Vec m{0u}, v{0u};
+struct MomentCodes {  // one float vector's codes, one per uint32 lane, and their element hashes
+  U32Vec m{0u}, v{0u}, hash{0u};
 };
 // old_m / old_v: the vector's fVec::size() old bytes.
 inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
                                     const uint8_t* old_v) {
   using namespace rounding;
   const U32Vec h = element_hash(key, VecLanes::as_bits(g), VecLanes::widen(old_m), VecLanes::widen(old_v));
-  return {stochastic_code<E4M3, VecLanes>(m, dither<E4M3>(h)), stochastic_code<E5M2, VecLanes>(v, dither<E5M2>(h))};
+  return {stochastic_code<E4M3, VecLanes>(m, dither<E4M3>(h)), stochastic_code<E5M2, VecLanes>(v, dither<E5M2>(h)),
+          h};
 }
 // Stores the n <= kWidth codes of a loop step's two vectors (every old byte was read).
 inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
@@ -474,6 +494,7 @@ inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8,
 #else
 struct MomentCodes {
   uint8_t m[fVec::size()], v[fVec::size()];
+  HashVec hash;  // the element hashes
 };
 inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
                                     const uint8_t* old_v) {
@@ -485,6 +506,7 @@ inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, 
     const uint32_t h = element_hash(key, ScalarLanes::as_bits(gs[k]), uint32_t(old_m[k]), uint32_t(old_v[k]));
     c.m[k] = uint8_t(stochastic_code<E4M3, ScalarLanes>(ms[k], dither<E4M3>(h)));
     c.v[k] = uint8_t(stochastic_code<E5M2, ScalarLanes>(vs[k], dither<E5M2>(h)));
+    c.hash.v[k] = h;
   }
   return c;
 }
@@ -497,18 +519,41 @@ inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8,
 #endif
 
 // A bf16 / fp16 param's new value rounded stochastically onto Grid (store_param).
-template <typename Grid>
-inline fVec round_param(uint32_t key, const fVec& x, const fVec& hash_in, const fVec& p0) {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-  return rounding::round_param<Grid, VecLanes>(key, x, hash_in, p0);
-#else
-  float xs[fVec::size()], hs[fVec::size()], ps[fVec::size()];
-  x.store(xs), hash_in.store(hs), p0.store(ps);
-  for (int64_t k = 0; k < fVec::size(); ++k)
-    xs[k] = rounding::round_param<Grid, rounding::ScalarLanes>(key, xs[k], hs[k], ps[k]);
-  return fVec::loadu(xs);
-#endif
+inline HashVec param_hash(uint32_t key, const fVec& x, const fVec& p0) {
+  return rounding::param_hash(rounding::param_base(key, VecLanes::as_bits(x)), VecLanes::as_bits(p0));
 }
+inline HashVec param_hash_of_element(const HashVec& element_hash) {
+  return rounding::param_hash_of_element(element_hash);
+}
+template <typename Grid>
+inline fVec round_param(const fVec& x, const HashVec& hash) {
+  return rounding::round_param<Grid, VecLanes>(x, hash);
+}
+#else
+inline HashVec param_hash(uint32_t key, const fVec& x, const fVec& p0) {
+  using rounding::ScalarLanes;
+  float xs[fVec::size()], ps[fVec::size()];
+  x.store(xs), p0.store(ps);
+  HashVec h;
+  for (int64_t k = 0; k < fVec::size(); ++k)
+    h.v[k] = rounding::param_hash(rounding::param_base(key, ScalarLanes::as_bits(xs[k])), ScalarLanes::as_bits(ps[k]));
+  return h;
+}
+inline HashVec param_hash_of_element(const HashVec& element_hash) {
+  HashVec h;
+  for (int64_t k = 0; k < fVec::size(); ++k) h.v[k] = rounding::param_hash_of_element(element_hash.v[k]);
+  return h;
+}
+template <typename Grid>
+inline fVec round_param(const fVec& x, const HashVec& hash) {
+  float xs[fVec::size()];
+  x.store(xs);
+  for (int64_t k = 0; k < fVec::size(); ++k)
+    xs[k] = rounding::round_param<Grid, rounding::ScalarLanes>(xs[k], hash.v[k]);
+  return fVec::loadu(xs);
+}
+#endif
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).

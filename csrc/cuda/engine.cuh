@@ -58,16 +58,25 @@ __device__ __forceinline__ ParamRound param_round(const TensorMeta& t, bool stoc
   const bool on = stochastic && !t.master && t.dtype != Dtype::Float;
   return {on ? rounding::tensor_key(seed, step) : 0u, on};
 }
-// store_param, rounding first when r.on: one hash of (r.key, hash_in: the op's per-element
-// input, p0: the param before the step), as the CPU kernels.
-__device__ __forceinline__ void store_param(const TensorMeta& t, int64_t i, float x, const ParamRound& r,
-                                            float hash_in, float p0) {
-  if (r.on) {
+// store_param, rounding first when `on` with the param's bits `hash`, as the CPU kernels
+// (common/rounding.h).
+__device__ __forceinline__ void store_param_hashed(const TensorMeta& t, int64_t i, float x, bool on, uint32_t hash) {
+  if (on) {
     using rounding::ScalarLanes;
-    x = t.dtype == Dtype::BFloat16 ? rounding::round_param<rounding::BF16, ScalarLanes>(r.key, x, hash_in, p0)
-                                   : rounding::round_param<rounding::F16, ScalarLanes>(r.key, x, hash_in, p0);
+    x = t.dtype == Dtype::BFloat16 ? rounding::round_param<rounding::BF16, ScalarLanes>(x, hash)
+                                   : rounding::round_param<rounding::F16, ScalarLanes>(x, hash);
   }
   store_param(t, i, x);
+}
+// ... with the bits hashing (r.key, hash_in: the op's per-element input, p0: the param before
+// the step).
+__device__ __forceinline__ void store_param(const TensorMeta& t, int64_t i, float x, const ParamRound& r,
+                                            float hash_in, float p0) {
+  using rounding::ScalarLanes;
+  const uint32_t hash = r.on ? rounding::param_hash(rounding::param_base(r.key, ScalarLanes::as_bits(hash_in)),
+                                                    ScalarLanes::as_bits(p0))
+                             : 0u;
+  store_param_hashed(t, i, x, r.on, hash);
 }
 
 __device__ __forceinline__ bool skip_step(const Launch& l) { return l.found_inf && *l.found_inf != 0.f; }

@@ -80,20 +80,22 @@ __global__ void pass2(Launch l, lamb16::Hyper h) {
   const Elem e(lamb16::consts(h), k[kBeta1Scale], k[kBeta2Scale], k[kInvMScale], k[kInvVScale]);
   const float mul = grad_multiplier(l, false), step_size = k[kStepSize];
   const uint32_t key = h.stochastic_rounding ? rounding::tensor_key(h.seed, *t.step) : 0u;  // steps: incremented
-  const ParamRound round = param_round(t, h.stochastic_rounding, h.seed, *t.step);
+  const bool round = h.stochastic_rounding && !t.master && t.dtype != Dtype::Float;  // (the params' rounding)
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
     const float p = load_param(t, i), g = load_grad(t, i, mul);
     const uint32_t m_old = code_of(t, 0, i), v_old = code_of(t, 1, i);  // before store_codes overwrites them
     float m = m8(t, i), v = v8(t, i);
     e.moments(g, m, v);
-    store_param(t, i, p - step_size * e.update(p, m, v), round, g, p);
     float m_code = e.m_code(m), v_code = e.v_code(v);
+    uint32_t hash = 0u;
     if (h.stochastic_rounding) {
       using namespace rounding;
-      const uint32_t hash = element_hash(key, ScalarLanes::as_bits(g), m_old, v_old);
+      hash = element_hash(key, ScalarLanes::as_bits(g), m_old, v_old);
       m_code = stochastic_round<E4M3, ScalarLanes>(m_code, dither<E4M3>(hash));
       v_code = stochastic_round<E5M2, ScalarLanes>(v_code, dither<E5M2>(hash));
     }
+    // (a rounded param hashes its moments' element hash, as on CPU)
+    store_param_hashed(t, i, p - step_size * e.update(p, m, v), round, rounding::param_hash_of_element(hash));
     store_codes(t, i, m_code, v_code);
   }
 }

@@ -419,26 +419,30 @@ def master_or_params(B: Backend, params: list[Any], master_params: list[Any] | N
 
 
 def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None, new: list[Any],
-                  rounding: tuple[Any, Any] | None = None) -> None:
+                  rounding: Callable[[int, Any, Any, torch.dtype], Any] | None = None) -> None:
     """The new params (float32): into the master copies if any, then into the params.
     ``rounding`` (:func:`param_rounding`): bf16 / fp16 params without master copies are
     rounded stochastically onto their grid first, as the kernels do."""
     B.assign(master_params, new)
     if rounding is not None and master_params is None:
-        keys, hash_in = rounding
         p0 = B.to_float(params)
-        new = [round_param(B, B.item(keys, i), x, hash_in[i], p0[i], B.dtype(p)) if B.dtype(p) in PARAM_GRIDS else x
+        new = [rounding(i, x, p0[i], B.dtype(p)) if B.dtype(p) in PARAM_GRIDS else x
                for i, (p, x) in enumerate(zip(params, new))]
     B.assign(params, new)
 
 
-def param_rounding(B: Backend, a: Any, hash_in: list[Any], steps: list[Any] | None) -> tuple[Any, Any] | None:
-    """What :func:`assign_params` rounds with when the op rounds params stochastically:
-    the per-tensor keys from ``steps`` as this step counts them (None: LARS, step 0) and
-    ``hash_in``, the op's per-element hash input (csrc/common/rounding.h param_hash)."""
+def param_rounding(B: Backend, a: Any, hash_in: list[Any] | None = None, steps: list[Any] | None = None,
+                   hashes: list[Any] | None = None) -> Callable[[int, Any, Any, torch.dtype], Any] | None:
+    """How :func:`assign_params` rounds param ``i`` when the op rounds params stochastically:
+    with the per-tensor keys from ``steps`` as this step counts them (None: LARS, step 0) and
+    ``hash_in``, the op's per-element hash input; or with LAMB16's element ``hashes``
+    (csrc/common/rounding.h param_hash)."""
     if not a.stochastic_rounding or a.master_params is not None:
         return None
-    return (key_of(a.seed) if steps is None else tensor_key(B, a.seed, steps)), hash_in
+    if hashes is not None:
+        return lambda i, x, p0, dtype: round_param(B, dtype, x, p0, hashes=hashes[i])
+    keys = key_of(a.seed) if steps is None else tensor_key(B, a.seed, steps)
+    return lambda i, x, p0, dtype: round_param(B, dtype, x, p0, key=B.item(keys, i), hash_in=hash_in[i])
 
 
 def increment_steps(B: Backend, steps: list[Any]) -> list[Any]:

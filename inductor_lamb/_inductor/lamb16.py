@@ -72,12 +72,14 @@ def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) ->
 
     m_new = B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX)
     v_new = B.minimum(B.mul(v, inv_v_scale), _V_MAX)
+    rounding = None
     if a.stochastic_rounding:  # one hash of both old codes, computed before either assign
         hashes = element_hash(B, tensor_key(B, a.seed, a.steps), g, a.exp_avgs, a.exp_avg_sqs)
         m_new = stochastic_round(B, m_new, hashes, torch.float8_e4m3fn)
         v_new = stochastic_round(B, v_new, hashes, torch.float8_e5m2)
+        rounding = param_rounding(B, a, hashes=hashes)  # (a rounded param hashes the element hash)
 
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)), param_rounding(B, a, g, list(a.steps)))
+    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)), rounding)
     B.assign(a.exp_avgs, m_new)
     B.assign(a.exp_avg_sqs, v_new)
     B.assign(a.exp_avg_scales, m_scale)

@@ -102,9 +102,10 @@ void rounding_both_ways(int64_t n, const float* x, const uint32_t* hash, float* 
 void round_params(int64_t n, int grid, uint32_t key, const float* x, const float* hash_in, const float* p0,
                   float* out) {
   using namespace rounding;
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = grid == 0 ? round_param<BF16, ScalarLanes>(key, x[i], hash_in[i], p0[i])
-                       : round_param<F16, ScalarLanes>(key, x[i], hash_in[i], p0[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = param_hash(param_base(key, ScalarLanes::as_bits(hash_in[i])), ScalarLanes::as_bits(p0[i]));
+    out[i] = grid == 0 ? round_param<BF16, ScalarLanes>(x[i], h) : round_param<F16, ScalarLanes>(x[i], h);
+  }
 }
 
 // LARS, one tensor; inv_grad_scale = 1 / grad_scale.
