@@ -1,8 +1,8 @@
 """bfloat16 params without float32 master copies: what stochastic rounding keeps, side by side.
 
     pip install transformers && pip install --no-deps torchao   # (torchao: its row only)
-    python benchmarks/bf16_params.py [--steps 500] [--recipes ...] [--threads 2] \
-        [--json benchmarks/bf16_params.json] [--plot benchmarks/bf16_params.png]
+    python benchmarks/bf16_params.py [--steps 500] [--seeds 0 1 2] [--lr-scale 1] [--recipes ...] \
+        [--threads 2] [--json benchmarks/bf16_params.json] [--plot benchmarks/bf16_params.png]
 
 The small GPT-2 of lm_convergence.py (same model, text, batches, schedule, clipping and seed), with
 its params in bfloat16, trained by each recipe:
@@ -17,7 +17,8 @@ its params in bfloat16, trained by each recipe:
     torchao AdamW8bit (SR)  torchao's 8-bit AdamW with bf16_stochastic_round=True (its peer)
 
 Each at its optimizer's best learning rate of lm_convergence.py's sweep (AdamW 3e-3, LAMB 3e-2,
-LAMB16 1e-2; torchao's AdamW that of AdamW). Reported: validation loss every --eval-every steps
+LAMB16 1e-2; torchao's AdamW that of AdamW), times --lr-scale (smaller rates: smaller updates,
+which rounding to nearest loses more of). Reported: validation loss every --eval-every steps
 (the plot) and at the end, bytes per param (params + grads + optimizer state + master copies,
 measured from the tensors), and the optimizer step's time in the same run (median over the
 steps, master-copy traffic included).
@@ -119,11 +120,11 @@ def bytes_per_param(model: nn.Module, opt) -> float:
     return (params_and_grads + extra) / n + state_bytes_per_param(inner)
 
 
-def run(name: str, steps: int, seed: int, data, eval_every: int) -> dict:
+def run(name: str, steps: int, seed: int, data, eval_every: int, lr_scale: float = 1.0) -> dict:
     lr_key, factory = recipes()[name]
     train, val = data
     model = make_model(seed).bfloat16()
-    opt = factory(param_groups(model), LR[lr_key])
+    opt = factory(param_groups(model), LR[lr_key] * lr_scale)
     base_lrs = [g["lr"] if not torch.is_tensor(g["lr"]) else float(g["lr"]) for g in opt.param_groups]
     gen = torch.Generator().manual_seed(seed + 1)
     hist: dict = {"eval_step": [], "val_loss": [], "step_ms": []}
@@ -160,11 +161,12 @@ def plot(results: dict, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, h in results.items():
+    for name, runs in results.items():
+        h = runs[0]
         style = "--" if "master" in name else (":" if "nearest" in name else "-")
         ax.plot(h["eval_step"], h["val_loss"], style, label=f"{name} ({h['bytes_per_param']:.0f} B/param): "
-                f"{h['final_val_loss']:.3f}")
-    ax.set(xlabel="step", ylabel="validation loss (nats/byte)", yscale="log", title=title)
+                f"{_mean(runs):.3f}")
+    ax.set(xlabel="step", ylabel="validation loss (nats/byte), first seed", yscale="log", title=title)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -172,12 +174,17 @@ def plot(results: dict, path: str, title: str) -> None:
     print(f"plot: {path}")
 
 
+def _mean(runs: list[dict]) -> float:
+    return statistics.fmean(h["final_val_loss"] for h in runs)
+
+
 def main() -> None:
     names = list(recipes())
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", nargs="+", default=names, choices=names)
     ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--lr-scale", type=float, default=1.0)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=str(HERE / "bf16_params.json"))
@@ -185,23 +192,29 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_text()
-    results = {}
+    results: dict[str, list[dict]] = {}
     for name in tqdm(args.recipes, desc="recipes"):
-        results[name] = run(name, args.steps, args.seed, data, args.eval_every)
+        results[name] = [run(name, args.steps, seed, data, args.eval_every, args.lr_scale) for seed in args.seeds]
     ref = results.get("Lamb + master")
     print(f"\n# {machine_line(args.threads)}")
-    print(f"# GPT-2 {MODEL} in bfloat16, batch {BATCH}, {args.steps} steps, seed {args.seed}")
-    print("| recipe | bytes/param | final val loss | vs Lamb + master | step ms |")
-    print("|---|---|---|---|---|")
-    for name, h in results.items():
-        vs = f"{100 * (h['final_val_loss'] / ref['final_val_loss'] - 1):+.2f}%" if ref else ""
-        print(f"| {name} | {h['bytes_per_param']:.2f} | {h['final_val_loss']:.4f} | {vs} | {h['median_step_ms']:.2f} |")
+    print(f"# GPT-2 {MODEL} in bfloat16, batch {BATCH}, {args.steps} steps, lr x {args.lr_scale:g}, "
+          f"seeds {args.seeds}")
+    print("| recipe | bytes/param | final val loss (mean +- std) | per seed | vs Lamb + master | step ms |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in results.items():
+        finals = [h["final_val_loss"] for h in runs]
+        std = statistics.stdev(finals) if len(finals) > 1 else 0.0
+        vs = f"{100 * (_mean(runs) / _mean(ref) - 1):+.2f}%" if ref else ""
+        step_ms = statistics.median(h["median_step_ms"] for h in runs)
+        print(f"| {name} | {runs[0]['bytes_per_param']:.2f} | {_mean(runs):.4f} +- {std:.4f} | "
+              f"{' '.join(f'{x:.4f}' for x in finals)} | {vs} | {step_ms:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": MODEL, "batch": BATCH, "steps": args.steps, "seed": args.seed, "lr": LR,
-                       "threads": args.threads, "results": results}, f)
+            json.dump({"model": MODEL, "batch": BATCH, "steps": args.steps, "seeds": args.seeds, "lr": LR,
+                       "lr_scale": args.lr_scale, "threads": args.threads, "results": results}, f)
     if args.plot:
-        plot(results, args.plot, f"GPT-2 {MODEL['n_layer']}L x {MODEL['n_embd']} in bfloat16, {args.steps} steps")
+        plot(results, args.plot, f"GPT-2 {MODEL['n_layer']}L x {MODEL['n_embd']} in bfloat16, {args.steps} steps, "
+             f"lr x {args.lr_scale:g}")
 
 
 if __name__ == "__main__":
