@@ -32,6 +32,22 @@ _LOW_PRECISION = (torch.bfloat16, torch.float16)
 _PARAM_DTYPES = (torch.float32, *_LOW_PRECISION, torch.float64)
 
 
+# Argument docs the optimizers share, written once (as torch.optim shares its
+# ``_foreach_doc``): a subclass docstring names each by its placeholder.
+_SHARED_ARG_DOCS = {
+    "{param_rounding_args}": """\
+stochastic_rounding: write bfloat16/float16 params that have no master copy
+            rounded stochastically (default): up or down with the probabilities that
+            make the stored param right on average, so that updates below the
+            format's spacing are not lost; ``False`` rounds them to nearest even.
+        seed: seed of the rounding's random bits (any int); the same on every rank
+            of a sharded run.""",
+    "{unscale_in_step_arg}": """\
+unscale_in_step: GradScaler unscales the grads inside the step (see
+            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).""",
+}
+
+
 class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
     (device, dtype, sharding) bucket of each param group (per chunk of
@@ -73,6 +89,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if cls.__doc__:  # None under python -OO
+            for placeholder, text in _SHARED_ARG_DOCS.items():
+                cls.__doc__ = cls.__doc__.replace(placeholder, text)
         family = cls.__dict__.get("_ops")
         if family is None:
             return

@@ -41,14 +41,8 @@ class Lamb(FusedOptimizer):
             over the param group.
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
-        stochastic_rounding: write bfloat16/float16 params that have no master copy
-            rounded stochastically (default): up or down with the probabilities that
-            make the stored param right on average, so that updates below the
-            format's spacing are not lost; ``False`` rounds them to nearest even.
-        seed: seed of the rounding's random bits (any int); the same on every rank
-            of a sharded run.
-        unscale_in_step: GradScaler unscales the grads inside the step (see
-            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
+        {param_rounding_args}
+        {unscale_in_step_arg}
 
     State per parameter: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
     (float32), and ``master_param`` with ``master_weights``.

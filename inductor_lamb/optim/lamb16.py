@@ -51,8 +51,7 @@ class Lamb16(FusedOptimizer):
             both to nearest even.
         seed: seed of the stochastic rounding's random bits (any int); the same
             on every rank of a sharded run.
-        unscale_in_step: GradScaler unscales the grads inside the step (see
-            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
+        {unscale_in_step_arg}
 
     State per parameter: ``step`` (0-d float32), ``exp_avg`` (float8_e4m3fn),
     ``exp_avg_sq`` (float8_e5m2), ``exp_avg_scale`` and ``exp_avg_sq_scale``

@@ -60,14 +60,8 @@ class Lars(FusedOptimizer):
         exclude_from_layer_adaptation: parameters that keep decay but use ``lr`` as is.
         rescale_grad: gradients are multiplied by this first.
         master_weights: float32 master copies of bfloat16/float16 params.
-        stochastic_rounding: write bfloat16/float16 params that have no master copy
-            rounded stochastically (default): up or down with the probabilities that
-            make the stored param right on average, so that updates below the
-            format's spacing are not lost; ``False`` rounds them to nearest even.
-        seed: seed of the rounding's random bits (any int); the same on every rank
-            of a sharded run.
-        unscale_in_step: GradScaler unscales the grads inside the step (see
-            :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).
+        {param_rounding_args}
+        {unscale_in_step_arg}
 
     State per parameter: ``momentum_buffer`` (float32, starts at zero), and
     ``master_param`` with ``master_weights``.
