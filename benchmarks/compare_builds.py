@@ -25,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OPS = ("lamb", "lamb16", "lars", "adagrad")
+WORKLOADS = ("1024x1024", "68 x 4096", "1000 x 4096", "BERT-like", "opt.step 200x64", "opt.step MNIST CNN")
 
 # Run in a child process with PYTHONPATH=<build>: times every op, prints JSON.
 CHILD = r"""
@@ -50,6 +51,8 @@ calls = {{
 }}
 out = {{}}
 for w, shapes in workloads.items():
+    if w not in {workloads!r}:
+        continue
     for op in {ops!r}:
         state = make_state(shapes, kind=op)
         out[f"{{op}} {{w}}"] = bench(lambda: calls[op](state), min_time={min_time}) * 1e3
@@ -59,6 +62,8 @@ classes = {{"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": 
             "adagrad": inductor_lamb.Adagrad}}
 torch.manual_seed(0)
 for w, shapes in {{"opt.step 200x64": [(64,)] * 200, "opt.step MNIST CNN": MNIST_CNN}}.items():
+    if w not in {workloads!r}:
+        continue
     for op in {ops!r}:
         params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
         for p in params:
@@ -72,7 +77,7 @@ print(json.dumps(out))
 def run_build(tree: str, cap: str, args) -> dict[str, float]:
     tree = str(Path(tree).resolve())
     code = CHILD.format(bench_dir=str(HERE), tree=tree, threads=args.threads, cap=cap, ops=list(args.ops),
-                        min_time=args.min_time)
+                        workloads=list(args.workloads), min_time=args.min_time)
     env = dict(os.environ, PYTHONPATH=tree)
     # run in the tree: `python -c` puts the working directory first on sys.path, so
     # from anywhere else a checkout there would shadow PYTHONPATH (the child checks)
@@ -86,6 +91,7 @@ def main():
     ap.add_argument("--after", default=str(HERE.parent), help="source tree of the new build")
     ap.add_argument("--capabilities", nargs="+", default=["default", "avx2", "avx512"])
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=0.5)

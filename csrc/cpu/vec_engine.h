@@ -245,17 +245,17 @@ HashVec param_hash(uint32_t key, const fVec& x, const fVec& p0);
 HashVec param_hash_of_element(const HashVec& element_hash);
 template <typename Grid>
 fVec round_param(const fVec& x, const HashVec& hash);
+// p rounded stochastically onto T's grid with the param bits of its two halves, stored.
+template <typename T>
+void store_rounded(T* param, int64_t n, const F2& p, const HashVec& hash_a, const HashVec& hash_b);
 
 // Writes an updated param as store_param above; a bf16 / fp16 param without a master copy
 // that rounds stochastically (TensorPtrs::round_param) is first rounded onto its grid with
 // hash(half), the param bits of half 0 or 1 of the loop step (common/rounding.h).
 template <typename T, typename Hash>
-inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, F2 p, const Hash& hash) {
+inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const Hash& hash) {
   if constexpr (!std::is_same_v<typename ParamGrid<T>::Grid, void>) {
-    if (t.round_param) {
-      using G = typename ParamGrid<T>::Grid;
-      p = {round_param<G>(p.a, hash(0)), round_param<G>(p.b, hash(1))};
-    }
+    if (t.round_param) return store_rounded(param + i, n, p, hash(0), hash(1));  // (no master copy)
   }
   store_param(param, t.master, i, n, p);
 }
@@ -530,6 +530,31 @@ template <typename Grid>
 inline fVec round_param(const fVec& x, const HashVec& hash) {
   return rounding::round_param<Grid, VecLanes>(x, hash);
 }
+// bfloat16: the rounding's add and the conversion's shift in one, (bits + dither) >> 16, the
+// bits at::vec's round to nearest would give the rounded value (0xffff where it is NaN), in
+// 4 operations a half where rounding, then converting takes 9.
+template <>
+inline void store_rounded(c10::BFloat16* param, int64_t n, const F2& p, const HashVec& hash_a,
+                          const HashVec& hash_b) {
+  const auto half = [](const fVec& x, const HashVec& hash) {
+    const U32Vec t = (VecLanes::as_bits(x) + rounding::dither<rounding::BF16>(hash)) >> 16;
+    const U32Vec nan_bits(0xffffu);
+#if defined(CPU_CAPABILITY_AVX512)
+    return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask((t & U32Vec(0x7fffu)).v, U32Vec(0x7f80u).v), t.v,
+                                   nan_bits.v);
+#else
+    return _mm256_blendv_epi8(t.v, nan_bits.v, _mm256_cmpgt_epi32((t & U32Vec(0x7fffu)).v, U32Vec(0x7f80u).v));
+#endif
+  };
+#if defined(CPU_CAPABILITY_AVX512)
+  const at::vec::Vectorized<c10::BFloat16> v(_mm512_permutexvar_epi64(
+      _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), _mm512_packus_epi32(half(p.a, hash_a), half(p.b, hash_b))));
+#else
+  const at::vec::Vectorized<c10::BFloat16> v(
+      _mm256_permute4x64_epi64(_mm256_packus_epi32(half(p.a, hash_a), half(p.b, hash_b)), 0xd8));
+#endif
+  if (n == kWidth) v.store(param); else v.store(param, n);
+}
 #else
 inline HashVec param_hash(uint32_t key, const fVec& x, const fVec& p0) {
   using rounding::ScalarLanes;
@@ -554,6 +579,11 @@ inline fVec round_param(const fVec& x, const HashVec& hash) {
   return fVec::loadu(xs);
 }
 #endif
+template <typename T>
+inline void store_rounded(T* param, int64_t n, const F2& p, const HashVec& hash_a, const HashVec& hash_b) {
+  using G = typename ParamGrid<T>::Grid;
+  store2(param, n, F2{round_param<G>(p.a, hash_a), round_param<G>(p.b, hash_b)});
+}
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).
