@@ -2,6 +2,7 @@
 refactor's "no speed regression" check).
 
     python benchmarks/compare_builds.py --before /path/to/old/checkout --after . [--rounds 3]
+        [--workloads "68 x 4096" "1000 x 4096"]   # some rows only, more rounds in the same time
 
 Each build is a source tree with its extension built in place (``python setup.py
 build_ext --inplace``). The two cannot share a process (both register
