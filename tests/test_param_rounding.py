@@ -177,3 +177,40 @@ def test_the_seed_is_checked():
         inductor_lamb.Lamb(_lm().parameters(), seed=1.5)
     with pytest.raises(ValueError, match="Invalid seed"):
         inductor_lamb.Adagrad(_lm().parameters(), seed=2**63)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", OPS)
+def test_every_cpu_isa_rounds_special_values_like_the_generic_kernels(name, dtype):
+    """The vector kernels' stores (bfloat16: the rounding and the conversion in one) give the
+    generic kernels' bits for params at the format's edges: NaN, infinities, the largest
+    finite values (which may round up to infinity), subnormals, zeros, and a tail."""
+    from bit_cases import available_capabilities
+
+    caps = available_capabilities()
+    if len(caps) < 2:
+        pytest.skip("this CPU has only the generic kernels")
+    info = torch.finfo(dtype)
+    edges = torch.tensor([math.nan, math.inf, -math.inf, info.max, -info.max, info.tiny / 4, -info.tiny / 4,
+                          info.tiny, 0.0, -0.0], dtype=torch.float32)
+    # edge params in one tensor, edge grads in another (LAMB's and LARS's norms spread a NaN
+    # over its tensor), and a plain one whose length leaves a tail
+    lists = spec_lists(name, [(N + 13,), (len(edges) + 5,), (len(edges) + 5,)], dtype=dtype, seed=11)
+    lists[0][1][: len(edges)] = edges.to(dtype)
+    lists[1][2][: len(edges)] = edges.to(dtype)
+    before = inductor_lamb.cpu_capability()
+    results = {}
+    try:
+        for cap in caps:
+            inductor_lamb.set_cpu_capability(cap)
+            trial = [[t.clone() for t in lst] if isinstance(lst, list) else lst.clone() for lst in lists]
+            _call(name, trial, True, seed=7)
+            results[cap] = torch.cat(trial[0])
+    finally:
+        inductor_lamb.set_cpu_capability(before)
+    ref = results["default"]
+    nan = ref.isnan()
+    assert nan.any() and (~nan).sum() > N
+    for cap, got in results.items():
+        assert torch.equal(got.isnan(), nan), cap  # (NaN payloads may differ by ISA, as torch's conversions do)
+        assert torch.equal(got[~nan].view(torch.int16), ref[~nan].view(torch.int16)), cap
