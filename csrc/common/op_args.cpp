@@ -1,6 +1,7 @@
 #include "common/op_args.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -216,10 +217,19 @@ OpArgs::OpArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack) : 
   flags_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = values_[i];
-    if (v.isTensorList()) lists_[i] = v.toTensorVector();
+    if (v.isTensorList()) {
+      const c10::ArrayRef<c10::IValue> items = v.toListRef();
+      lists_[i].reserve(items.size());
+      for (const c10::IValue& t : items) lists_[i].push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(t.toTensor()));
+    }
     else if (v.isDoubleList()) reals_[i] = v.toDoubleVector();
     else if (v.isBoolList()) for (bool b : v.toBoolList()) flags_[i].push_back(b);
   }
+}
+
+OpArgs::~OpArgs() {
+  for (auto& list : lists_)
+    for (at::Tensor& t : list) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(t);
 }
 
 size_t OpArgs::index(const char* name) const {

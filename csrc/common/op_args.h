@@ -57,6 +57,9 @@ const Contract& contract_of(const std::string& op);
 class OpArgs {
  public:
   OpArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  ~OpArgs();
+  OpArgs(const OpArgs&) = delete;
+  OpArgs& operator=(const OpArgs&) = delete;
 
   const char* op() const { return name_.c_str(); }  // "lamb_step_", without the namespace
   const Contract& contract() const { return *contract_; }
@@ -90,7 +93,9 @@ class OpArgs {
   const Contract* contract_;
   Phase phase_;
   std::vector<c10::IValue> values_;
-  std::vector<std::vector<at::Tensor>> lists_;  // per argument: its tensors, if a (present) tensor list
+  // per argument: its tensors, if a (present) tensor list, borrowed from values_ (no reference
+  // counting: a call of thousands of tensors would spend more on it than on its checks)
+  std::vector<std::vector<at::Tensor>> lists_;
   std::vector<std::vector<double>> reals_;
   std::vector<std::vector<bool>> flags_;
 };
