@@ -212,24 +212,24 @@ OpArgs::OpArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack) : 
   const auto& args = schema_->arguments();
   const size_t n = args.size();
   values_.assign(stack.end() - n, stack.end());
-  lists_.resize(n);
+  lists_.reserve(n);
   reals_.resize(n);
   flags_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = values_[i];
-    if (v.isTensorList()) {
-      const c10::ArrayRef<c10::IValue> items = v.toListRef();
-      lists_[i].reserve(items.size());
-      for (const c10::IValue& t : items) lists_[i].push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(t.toTensor()));
-    }
-    else if (v.isDoubleList()) reals_[i] = v.toDoubleVector();
+    lists_.push_back(v.isTensorList() ? BorrowedTensors(v.toListRef()) : BorrowedTensors());
+    if (v.isDoubleList()) reals_[i] = v.toDoubleVector();
     else if (v.isBoolList()) for (bool b : v.toBoolList()) flags_[i].push_back(b);
   }
 }
 
-OpArgs::~OpArgs() {
-  for (auto& list : lists_)
-    for (at::Tensor& t : list) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(t);
+OpArgs::BorrowedTensors::BorrowedTensors(c10::ArrayRef<c10::IValue> items) {
+  tensors_.reserve(items.size());  // (the only allocation: nothing below throws)
+  for (const c10::IValue& t : items) tensors_.push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(t.toTensor()));
+}
+
+OpArgs::BorrowedTensors::~BorrowedTensors() {
+  for (at::Tensor& t : tensors_) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(t);
 }
 
 size_t OpArgs::index(const char* name) const {
@@ -244,14 +244,14 @@ at::Device OpArgs::device() const {
 }
 
 at::TensorList OpArgs::list(const char* name) const {
-  if (std::strcmp(name, "params") == 0) return lists_[0];  // (the most read; every schema starts with it)
-  return lists_[index(name)];
+  if (std::strcmp(name, "params") == 0) return lists_[0].get();  // (the most read; every schema starts with it)
+  return lists_[index(name)].get();
 }
 
 std::optional<at::TensorList> OpArgs::optional_list(const char* name) const {
   const size_t i = index(name);
   if (values_[i].isNone()) return std::nullopt;
-  return at::TensorList(lists_[i]);
+  return lists_[i].get();
 }
 
 const at::Tensor& OpArgs::tensor(const char* name) const { return value(name).toTensor(); }

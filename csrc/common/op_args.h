@@ -57,9 +57,6 @@ const Contract& contract_of(const std::string& op);
 class OpArgs {
  public:
   OpArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
-  ~OpArgs();
-  OpArgs(const OpArgs&) = delete;
-  OpArgs& operator=(const OpArgs&) = delete;
 
   const char* op() const { return name_.c_str(); }  // "lamb_step_", without the namespace
   const Contract& contract() const { return *contract_; }
@@ -93,9 +90,23 @@ class OpArgs {
   const Contract* contract_;
   Phase phase_;
   std::vector<c10::IValue> values_;
-  // per argument: its tensors, if a (present) tensor list, borrowed from values_ (no reference
-  // counting: a call of thousands of tensors would spend more on it than on its checks)
-  std::vector<std::vector<at::Tensor>> lists_;
+  // The tensors of a list argument, borrowed from values_ (no reference counting: a call of
+  // thousands of tensors would spend more on it than on its checks).
+  class BorrowedTensors {
+   public:
+    BorrowedTensors() = default;
+    explicit BorrowedTensors(c10::ArrayRef<c10::IValue> items);
+    ~BorrowedTensors();
+    BorrowedTensors(BorrowedTensors&&) noexcept = default;  // (leaves the source empty)
+    BorrowedTensors(const BorrowedTensors&) = delete;
+    BorrowedTensors& operator=(const BorrowedTensors&) = delete;
+    BorrowedTensors& operator=(BorrowedTensors&&) = delete;
+    at::TensorList get() const { return tensors_; }
+
+   private:
+    std::vector<at::Tensor> tensors_;
+  };
+  std::vector<BorrowedTensors> lists_;  // per argument: its tensors, if a (present) tensor list
   std::vector<std::vector<double>> reals_;
   std::vector<std::vector<bool>> flags_;
 };
