@@ -64,6 +64,11 @@ class Backend:
     def pow(self, a, exponent: float): return _zip_map(lambda x: self._pow(x, exponent), a)
     def to_float(self, a): return _zip_map(self._to_float, a)
 
+    def reductions(self, *columns: tuple[str, list[Any]]) -> list[list[Any]]:
+        """A layer-wise op's per-tensor reductions: ``columns`` of (``"sumsq"`` or ``"absmax"``,
+        a list of tensors); one list of 0-d values per column."""
+        return [getattr(self, kind)(x) for kind, x in columns]
+
     def dtype(self, x) -> torch.dtype:
         """The storage dtype of tensor ``x``."""
         raise NotImplementedError
@@ -153,6 +158,26 @@ class IRBackend(Backend):
 
     def dtype(self, x): return x.get_dtype()
 
+    def reductions(self, *columns):
+        """Each tensor's reductions made one after the other, on a backend with foreach groups:
+        Inductor fuses reductions that read the same tensor only when they lie close in its node
+        order (it looks 64 nodes ahead), and made column by column, a tensor's reductions lie
+        ``len(params)`` or more nodes apart (LAMB16's four came out in four kernels per tensor at
+        32 tensors a call, one at 10)."""
+        if not self._grouped():
+            return super().reductions(*columns)
+        fns = {"sumsq": self._sumsq, "absmax": self._absmax}
+        out: list[list[Any]] = [[] for _ in columns]
+        for i in range(len(columns[0][1])):
+            for j, (kind, x) in enumerate(columns):
+                out[j].append(self._realized(fns[kind](x[i])))
+        return out
+
+    @staticmethod
+    def _realized(x):
+        x.realize()
+        return x
+
     def _elementwise(self, fn, inputs, dtype):
         from torch._inductor import ir
 
@@ -180,9 +205,38 @@ class IRBackend(Backend):
         return x
 
     def shared(self, a):
-        for x in a if isinstance(a, list) else [a]:
-            x.realize()
+        if isinstance(a, list):
+            self._foreach([x.realize for x in a])
+        else:
+            a.realize()
         return a
+
+    def _foreach(self, thunks: list[Callable[[], Any]]) -> None:
+        """Runs ``thunks`` (one per param) and, on a backend that fuses foreach groups
+        (Triton), registers the operation each one creates last as one group: Inductor then
+        makes one kernel of the group (a combo kernel of up to ~250 arguments) instead of one
+        per param. Members must not depend on each other, which holds for one list op:
+        param i's values read only param i's tensors and the shared inputs."""
+        from torch._inductor.virtualized import V
+
+        graph = V.graph
+        names: list[str] = []
+        for thunk in thunks:
+            start = len(graph.operations)
+            thunk()
+            if len(graph.operations) > start:
+                names.append(graph.operations[-1].get_operation_name())
+        if len(names) > 1 and self._grouped():
+            graph.register_operation_list(names)
+
+    def _grouped(self) -> bool:
+        """Whether Inductor's backend for the params' device makes foreach groups (Triton)."""
+        from torch._inductor.codegen.common import BackendFeature
+        from torch._inductor.virtualized import V
+
+        return self.device is not None and V.graph.has_feature(self.device, BackendFeature.FOREACH)
+
+    device: Any = None  # the params' device (set per call): foreach groups on GPU backends
 
     def per_tensor(self, values, n):
         """Each param's loops read a [k] buffer of their own holding the k shared
@@ -221,6 +275,7 @@ class IRBackend(Backend):
         sel = self.lw[aten.select.int]
         k, n = len(columns), len(columns[0])
         out: list[list[Any]] = [[] for _ in columns]
+        packets = []
         for i in range(n):
             row = [col[i] for col in columns]
             for x in row:
@@ -236,8 +291,10 @@ class IRBackend(Backend):
                     value = ops.where(ops.eq(j, ops.constant(jj, torch.int32)), loads[jj](), value)
                 return value
 
-            packet = ir.Pointwise.create(device=row[0].get_device(), dtype=torch.float32, inner_fn=inner_fn, ranges=[k])
-            packet.realize()
+            packets.append(ir.Pointwise.create(device=row[0].get_device(), dtype=torch.float32, inner_fn=inner_fn,
+                                               ranges=[k]))
+        self._foreach([x.realize for x in packets])
+        for packet in packets:
             for j in range(k):
                 out[j].append(sel(packet, 0, j))
         return out
@@ -261,7 +318,10 @@ class IRBackend(Backend):
         return [[sel(sel(reductions, 1, j), 0, i) for i in range(n)] for j in range(k)]
 
     def _assign(self, dst, src) -> None:
-        for i, (d, s) in enumerate(zip(dst, src)):
+        self._foreach([lambda i=i, d=d, s=s: self._assign_one(i, d, s) for i, (d, s) in enumerate(zip(dst, src))])
+
+    def _assign_one(self, i, d, s) -> None:
+        if True:
             dtype = d.get_dtype()
             if self.found_inf is not None:
                 skip = self.lw[aten.ne.Scalar](self.item(self.found_inf, i), 0.0)

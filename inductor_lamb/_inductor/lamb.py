@@ -49,7 +49,7 @@ def lamb_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
     # u from the state as written (what the apply phase reads): with found_inf the assign
     # writes a select of old and new, and m, v, if read again, would be recomputed from the
     # state they were just written into (the IR re-reads an unrealized value's inputs)
-    return [B.sumsq(p), B.sumsq(_update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), s))]
+    return B.reductions(("sumsq", p), ("sumsq", _update(B, a, p, list(a.exp_avgs), list(a.exp_avg_sqs), s)))
 
 
 def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:

@@ -54,7 +54,7 @@ def lamb16_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
     increment_steps(B, a.steps)
     a.moment_scalars = _scalars(B, a)
     _, p, m, v, u = _moments(B, a, a.moment_scalars)
-    return [B.sumsq(p), B.sumsq(u), B.absmax(m), B.absmax(v)]
+    return B.reductions(("sumsq", p), ("sumsq", u), ("absmax", m), ("absmax", v))
 
 
 def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:

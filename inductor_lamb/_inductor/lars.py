@@ -23,7 +23,7 @@ def _grads(B: Backend, a: SimpleNamespace) -> list[Any]:
 
 def lars_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
     """Layer norms (nothing written): [||p||^2, ||g||^2] per tensor."""
-    return [B.sumsq(master_or_params(B, a.params, a.master_params)), B.sumsq(_grads(B, a))]
+    return B.reductions(("sumsq", master_or_params(B, a.params, a.master_params)), ("sumsq", _grads(B, a)))
 
 
 def lars_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:

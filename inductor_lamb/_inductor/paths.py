@@ -96,6 +96,25 @@ def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
                for t in bound[x.name])
 
 
+def _engine_is_cheaper(spec: OpSpec, bound: dict[str, Any]) -> bool:
+    """The ``"auto"`` path's rule on CUDA (:mod:`.cost`): one call of the op's CUDA kernel
+    when the model says it beats the lowering's launches, and the kernel is built."""
+    params = bound["params"]
+    if not params or params[0].get_device().type != "cuda":
+        return False
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(spec.op.name(), "CUDA"):
+        return False
+    from torch._inductor.virtualized import V
+
+    from . import cost
+
+    device = params[0].get_device()
+    numels = [V.graph.sizevars.optimization_hint(p.get_numel(), fallback=8192) for p in params]
+    # (Inductor's own choice of a two-stage reduction for a tensor of n elements)
+    splits = lambda n: V.choices.reduction_split_factor(device, n, 1, True) > 1  # noqa: E731
+    return cost.prefer_engine(spec.step, numels, splits, float(bound.get("max_grad_norm") or 0.0))
+
+
 def _install_lowering(name: str, *, auto: bool = False) -> None:
     from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
 
@@ -107,11 +126,12 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
     def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
         bound = spec.bind(args, kwargs)
-        if auto and _nothing_to_fuse(spec, bound):
+        if auto and (_nothing_to_fuse(spec, bound) or _engine_is_cheaper(spec, bound)):
             out = external(*args, **kwargs)
             return out if spec.phase == "reduce" else ()
         B = IRBackend()
         a = SimpleNamespace(**bound)
+        B.device = a.params[0].get_device() if a.params else None
         shared = [x.name for x in spec.args if x.role in (Role.TENSOR, Role.OPT_TENSOR)
                   and getattr(a, x.name) is not None]
         for name, values in zip(shared, B.per_tensor([getattr(a, k) for k in shared], len(a.params))):

@@ -1,0 +1,250 @@
+"""What ``torch.compile`` generates for the optimizer step on a CUDA GPU, seen on a machine
+without one: Inductor's Triton kernels for a described GPU (H100 by default), each compiled
+to a cubin, counted per step (kernels, launches, external calls, the bytes each launch moves
+by Inductor's count) with the compile time, beside torch's compiled AdamW on the same tensors.
+
+    python benchmarks/cuda_codegen.py                       # every optimizer and path, N = 10 100 1000
+    python benchmarks/cuda_codegen.py --n 10 100 --opt Lamb Lamb16 --paths lowering --json out.json
+    python benchmarks/cuda_codegen.py --workload train      # forward, backward and step in one graph
+
+Needs a CUDA build of torch with Triton (torch 2.14.1: ``pip install torch==2.14.1``), no GPU.
+This is generated code for a described GPU, not a GPU measurement: nothing here runs on a GPU.
+
+Workloads: ``step``, ``torch.compile(opt.step)`` over N float32 params of BERT-like shapes
+(``common.bert_like_shapes``, as many layers as N needs); ``train``, a whole training step of a
+small GPT-2 (``bench_train_step.GPT2Like``, 2 layers, width 128) compiled as one graph with
+``fullgraph=True`` (recipe (a) of README). Each row runs in a process of its own (the shims of
+``described_gpu`` are process-wide), two at a time by default (``--jobs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+# Launches of one call of each op's CUDA kernel (csrc/cuda/<op>.cu; LAMB: 2 more with global
+# grad clipping): an external call's kernels, which the generated code does not show.
+ENGINE_LAUNCHES = {"lamb_step_": 4, "lamb16_step_": 4, "lars_step_": 4, "adagrad_step_": 2}
+OPTIMIZERS = ("AdamW", "Lamb", "Lamb16", "Lars", "Adagrad")
+PATHS = ("auto", "lowering", "decomposition", "external")
+
+
+def _model_launches(opt: object, params: list) -> dict | None:
+    """What the ``"auto"`` rule's model (``inductor_lamb/_inductor/cost.py``) predicts for this
+    step's op calls: the lowering's fewest launches and the CUDA engine's launches."""
+    from torch._inductor.choices import InductorChoices
+
+    from inductor_lamb._inductor import cost
+
+    op = getattr(getattr(opt, "_op", None), "name", None)
+    if op is None:
+        return None
+    device = params[0].device
+    splits = lambda n: InductorChoices().reduction_split_factor(device, n, 1, True) > 1  # noqa: E731
+    size = opt.max_tensors_per_call
+    calls = [[p.numel() for p in params[lo:lo + size]] for lo in range(0, len(params), size)]
+    return {"op": op, "calls": len(calls), "lowering": sum(cost.lowering_launches(op, c, splits) for c in calls),
+            "engine": sum(cost.engine_launches(op) for _ in calls)}
+
+
+def _make_optimizer(name: str, params: list) -> object:
+    import inductor_lamb
+
+    if name == "AdamW":  # torch's compiled AdamW: its foreach step, state on the device (capturable)
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True,
+                                 capturable=params[0].device.type == "cuda")
+    return getattr(inductor_lamb, name)(params, lr=1e-3, weight_decay=0.01)
+
+
+def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str) -> dict:
+    """Generates and compiles one row's code; returns its counts (this process only)."""
+    sys.path.insert(0, str(HERE))
+    import described_gpu as dg
+    from common import bert_like_shapes
+
+    if workload == "step":
+        with dg.described_gpu(dg.GPUS[gpu]), dg.fake_mode():
+            layers = max(1, -(-n // 16))
+            shapes = bert_like_shapes(layers=layers)[:n]
+            params = [torch.randn(s, device="cuda", requires_grad=True) for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt = _make_optimizer(opt_name, params)
+            opt.step()  # the state, as fake tensors
+            out = dg.generate(opt.step)
+            model = _model_launches(opt, params)
+    if workload == "train":
+        out, n = _train_step(opt_name, gpu)
+        model = None
+    return {"optimizer": opt_name, "path": path if opt_name != "AdamW" else "-", "n": n, "workload": workload,
+            "gpu": dg.GPUS[gpu].name, "kernels": out.kernels, "launches": out.launches,
+            "extern_calls": out.extern_calls, "lamb_calls": sum(out.lamb_calls.values()),
+            "engine_launches": sum(ENGINE_LAUNCHES.get(op, 0) * k for op, k in out.lamb_calls.items()),
+            "gb_per_step": out.gb_per_call,
+            "compile_s": round(out.compile_s, 1), "cubins_missing": out.cubins_missing, "model": model,
+            "torch": torch.__version__}
+
+
+class _Block(nn.Module):
+    """A GPT-2 block with attention written out (no SDPA, whose kernel choice is per device)."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = ((q @ k.transpose(-1, -2)) * (w // self.heads) ** -0.5).masked_fill(causal, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, w))
+        return x + self.down(nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+
+class SmallGPT(nn.Module):
+    """A small GPT-2 (2 layers, width 128, 28 tensors) for the one-graph training step."""
+
+    def __init__(self, layers: int = 2, width: int = 128, context: int = 64, vocab: int = 512) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(_Block(width, width // 64) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            h = block(h)
+        return self.ln(h) @ self.tok.weight.t()
+
+
+def _lm_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def _train_step(opt_name: str, gpu: str):
+    """The training step's graphs, traced on CPU and compiled for the described GPU.
+
+    The autograd engine needs a real device for CUDA tensors, fake ones included, so
+    ``loss.backward()`` cannot be traced on fake CUDA tensors without a GPU. The step is
+    traced on CPU instead, through AOTAutograd with Inductor's decompositions, to the graphs
+    Inductor would compile (forward, backward and step as plain aten ops and our ops); their
+    devices become CUDA, and Inductor compiles each for the described GPU from there, our
+    lowering included. (Ops whose choice of kernel is per device, such as SDPA, would not
+    carry over: the model writes its attention out.)"""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+
+    import described_gpu as dg
+
+    graphs: list[tuple[torch.fx.GraphModule, list]] = []
+
+    def capture(gm: torch.fx.GraphModule, inputs: list) -> object:
+        graphs.append((gm, inputs))
+        return gm.forward
+
+    torch.manual_seed(0)
+    model = SmallGPT()
+    opt = _make_optimizer(opt_name, list(model.parameters()))
+    x = torch.randint(0, 512, (4, 64))
+    _lm_step(model, opt, x)  # the state
+    torch._dynamo.config.trace_autograd_ops = True
+    backend = aot_autograd(fw_compiler=capture, decompositions=select_decomp_table(),
+                           keep_inference_input_mutations=True)
+    # (torch's optimizers graph-break in step(): AdamW's step is several graphs)
+    torch.compile(_lm_step, backend=backend, fullgraph=opt_name != "AdamW")(model, opt, x)
+    outs = []
+    with dg.described_gpu(dg.GPUS[gpu]), dg.fake_mode():
+        for gm, inputs in graphs:
+            outs.append(dg.compile_graph(dg.on_cuda(gm), [dg.like_on_cuda(t) for t in inputs]))
+    return dg.combine(outs), len(list(model.parameters()))
+
+
+def _run_child(args: list[str], timeout: float = 3600) -> dict:
+    with tempfile.TemporaryDirectory() as cache:  # cold caches: the compile time is a first compile's
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton",
+               "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
+                                  env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": [f"not done in {timeout} s"], "args": args}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:], "args": args}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| workload | N | optimizer | path | Triton kernels | Triton launches | extern calls (lamb ops) | "
+             "launches / step | MB / step (Triton kernels, Inductor's count) | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {' '.join(r['args'])} | error: {' '.join(r['error'])} |")
+            continue
+        lines.append(f"| {r['workload']} | {r['n']} | {r['optimizer']} | {r['path']} | {r['kernels']} | "
+                     f"{r['launches']} | {r['extern_calls']} ({r['lamb_calls']}) | {r['launches'] + r['engine_launches']} | "
+                     f"{r['gb_per_step'] * 1e3:.1f} | "
+                     f"{r['compile_s']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", default="h100", choices=["h100", "a100", "b200"])
+    ap.add_argument("--n", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--opt", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
+    ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    ap.add_argument("--workload", nargs="+", default=["step"], choices=["step", "train"])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per row")
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--child", nargs=5, metavar=("OPT", "PATH", "N", "WORKLOAD", "GPU"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        opt, path, n, workload, gpu = args.child
+        import inductor_lamb
+
+        inductor_lamb.set_compile_path(path)
+        print(json.dumps(one_row(opt, path, int(n), workload, gpu)))
+        return
+
+    from tqdm import tqdm
+
+    sys.path.insert(0, str(HERE))
+
+    jobs = []
+    for workload in args.workload:
+        for n in (args.n if workload == "step" else [0]):
+            for opt in args.opt:
+                for path in (["-"] if opt == "AdamW" else args.paths):
+                    jobs.append([opt, "auto" if path == "-" else path, str(n), workload, args.gpu])
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(tqdm(pool.map(lambda job: _run_child(job, args.timeout), jobs), total=len(jobs),
+                         desc="generating", file=sys.stderr))
+    gpu = __import__("described_gpu").GPUS[args.gpu]
+    print(f"Generated and compiled for {gpu.name} (sm_{gpu.cc}); not run on a GPU.")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The ``"auto"`` rule on CUDA: the lowering or one call of the CUDA kernel, by a model of
+each path's time.
+
+A step's time is modelled as ``launches * LAUNCH_US + bytes / bandwidth``. Both paths move
+about the op's floor bytes (the CUDA engine exactly; the lowering's kernels, by Inductor's own
+count, within its floor on the BERT-like lists of ``benchmarks/cuda_codegen.py``), so the
+bytes cancel and the launches decide. Their counts:
+
+- **the CUDA engine** launches a fixed number of kernels per call whatever the tensor count
+  (:data:`ENGINE_LAUNCHES`, ``csrc/cuda/<op>.cu``; LAMB 2 more with global grad clipping);
+- **the lowering** launches at least a few grouped kernels per call (Inductor's foreach groups
+  of the element-wise work, :data:`GROUPED_LAUNCHES`) plus, for a layer-wise op, the kernels
+  of each tensor's own reductions: Inductor (2.14) makes one reduction kernel per tensor and
+  cannot group reductions of different sizes (its foreach groups take no reductions), and a
+  tensor that Inductor reduces in two stages (a split reduction: above 8192 elements on
+  H100) costs one more kernel per reduction (:data:`FINALS`).
+
+:func:`lowering_launches` is a lower bound, from what ``benchmarks/cuda_codegen.py`` generates
+for an H100 (RESULTS.md, "CUDA code generation"); ``tests/test_cuda_codegen.py`` checks it
+against generated code.
+With these counts the engine wins every layer-wise call, and ties an Adagrad call, which it
+then takes too (its bytes are exactly the floor). The lowering stays the rule on CPU, where
+Inductor generates one function for the whole step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+__all__ = ["ENGINE_LAUNCHES", "GROUPED_LAUNCHES", "LAUNCH_US", "engine_launches", "lowering_launches",
+           "prefer_engine"]
+
+# Cost of one kernel launch in the model (host wrapper and device gaps; a CUDA graph replay
+# cuts it, for both paths alike): it scales both sides, so it cannot change a decision.
+LAUNCH_US = 5.0
+
+# Launches of one call of the CUDA kernel (pass 1, per-tensor norms, per-tensor step sizes,
+# pass 2; Adagrad: the update and the step counts).
+ENGINE_LAUNCHES = {"lamb_step_": 4, "lamb16_step_": 4, "lars_step_": 4, "adagrad_step_": 2}
+_CLIP_LAUNCHES = 2  # LAMB with max_grad_norm > 0: the grads' global norm first
+
+# The lowering's fewest grouped launches per call (step counts, per-tensor scalars, the
+# element-wise passes as foreach groups of up to ~250 kernel arguments each; more tensors
+# per call take more).
+GROUPED_LAUNCHES = {"lamb_step_": 6, "lamb16_step_": 8, "lars_step_": 2, "adagrad_step_": 2}
+# Reductions per tensor whose second stage is a kernel of its own when Inductor splits them.
+FINALS = {"lamb_step_": 2, "lamb16_step_": 4, "lars_step_": 2, "adagrad_step_": 0}
+
+
+def engine_launches(op: str, max_grad_norm: float = 0.0) -> int:
+    """Launches of one call of ``op``'s CUDA kernel."""
+    return ENGINE_LAUNCHES[op] + (_CLIP_LAUNCHES if op == "lamb_step_" and max_grad_norm > 0 else 0)
+
+
+def lowering_launches(op: str, numels: Sequence[int], splits: Callable[[int], bool]) -> int:
+    """The fewest launches the lowering of one call of ``op`` on tensors of ``numels`` elements
+    makes; ``splits(n)``: whether Inductor reduces n elements in two stages."""
+    if not numels:
+        return 0
+    per_tensor = 0
+    if FINALS[op]:
+        per_tensor = sum(1 + (FINALS[op] if splits(n) else 0) for n in numels)
+    return GROUPED_LAUNCHES[op] + per_tensor
+
+
+def prefer_engine(op: str, numels: Sequence[int], splits: Callable[[int], bool], max_grad_norm: float = 0.0) -> bool:
+    """Whether one call of the CUDA kernel is the faster path for this call (the model above;
+    a tie goes to the engine, whose bytes are exactly the floor)."""
+    engine = engine_launches(op, max_grad_norm) * LAUNCH_US
+    lowered = lowering_launches(op, numels, splits) * LAUNCH_US
+    return engine <= lowered

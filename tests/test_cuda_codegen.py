@@ -1,0 +1,73 @@
+"""The compiled optimizer step on CUDA, generated and compiled without a GPU: Inductor's
+Triton code for a described H100 (``benchmarks/cuda_codegen.py``, in a process of its own:
+its shims of torch and Triton are process-wide), every kernel compiled to an sm_90 cubin.
+
+Counts, not timings: the default path's launches per step against torch's compiled AdamW on
+the same tensors, and the lowering's launches against the model the ``"auto"`` rule decides
+by (``inductor_lamb/_inductor/cost.py``). Needs a CUDA build of torch with Triton; no GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(torch.version.cuda is None or importlib.util.find_spec("triton") is None,
+                                reason="needs a CUDA build of torch with Triton (no GPU needed)")
+
+NS = (10, 100)
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp("codegen") / "rows.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_codegen.py"), "--n", *map(str, NS),
+                    "--opt", "AdamW", "Lamb", "Lamb16", "--paths", "auto", "lowering", "--json", str(out)],
+                   check=True, timeout=1500, cwd=ROOT)
+    return json.loads(out.read_text())
+
+
+def _row(rows: list[dict], opt: str, path: str, n: int) -> dict:
+    (row,) = [r for r in rows if r["optimizer"] == opt and r["path"] in (path, "-") and r["n"] == n]
+    return row
+
+
+def test_every_kernel_compiles_to_a_cubin(rows: list[dict]) -> None:
+    assert len(rows) == len(NS) * 5
+    for r in rows:
+        assert "error" not in r, r
+        assert r["cubins_missing"] == [], r
+    for n in NS:
+        for opt in ("Lamb", "Lamb16"):
+            assert _row(rows, opt, "lowering", n)["kernels"] > 0  # (the step really was lowered)
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("opt", ["Lamb", "Lamb16"])
+def test_default_step_launches_at_most_twice_adamw(rows: list[dict], opt: str, n: int) -> None:
+    """torch.compile(opt.step) on the default path: launches per step, the CUDA kernel's
+    included, at most twice those of torch's compiled AdamW on the same tensors, plus two."""
+    adamw = _row(rows, "AdamW", "-", n)["launches"]
+    auto = _row(rows, opt, "auto", n)
+    assert auto["launches"] + auto["engine_launches"] <= 2 * adamw + 2, (auto, adamw)
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("opt", ["Lamb", "Lamb16"])
+def test_lowering_launches_against_the_model(rows: list[dict], opt: str, n: int) -> None:
+    """The model's count is a lower bound of what the lowering generates, and close to it
+    (element-wise work in foreach groups: the rest is one kernel per tensor reduction); by
+    it, one call of the CUDA kernel is the cheaper path, which "auto" takes."""
+    row = _row(rows, opt, "lowering", n)
+    model = row["model"]
+    assert model["lowering"] <= row["launches"] <= 2 * model["lowering"], row
+    assert model["engine"] < model["lowering"]
+    assert n <= row["launches"]  # (the reductions: at least one kernel per tensor)
