@@ -323,3 +323,24 @@ class CountingBackend:
 
         self.graphs += 1
         return compile_fx(gm, example_inputs)
+
+
+def spawn(cases: object, case: str, world: int, *args, timeout: float = 120.0) -> None:
+    """Runs ``cases.<case>(rank, world, *args)`` on ``world`` spawned ranks (``cases``: a
+    module with ``run_rank``, which joins a gloo group on a file store in a temporary
+    directory); fails on any rank's error or after ``timeout`` seconds."""
+    import os
+    import tempfile
+    import time
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.spawn(cases.run_rank, args=(world, os.path.join(tmp, "store"), case, args), nprocs=world,
+                       join=False)
+        deadline = time.monotonic() + timeout
+        while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for p in ctx.processes:
+                    p.kill()
+                pytest.fail(f"{case}{args} did not finish in {timeout:.0f} s at world size {world}")

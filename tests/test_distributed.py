@@ -8,33 +8,21 @@ import os
 import re
 import sys
 from pathlib import Path
-import tempfile
-import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
 
 sys.path.insert(0, os.path.dirname(__file__))
+import conftest  # noqa: E402
 import dist_cases  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def spawn(case: str, world: int, *args, timeout: float = 120.0) -> None:
-    """Runs ``dist_cases.<case>(rank, world, *args)`` on ``world`` ranks; fails on any
-    rank's error or after ``timeout`` seconds."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.spawn(dist_cases.run_rank, args=(world, os.path.join(tmp, "store"), case, args), nprocs=world,
-                       join=False)
-        deadline = time.monotonic() + timeout
-        while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                for p in ctx.processes:
-                    p.kill()
-                pytest.fail(f"{case}{args} did not finish in {timeout:.0f} s at world size {world}")
+    conftest.spawn(dist_cases, case, world, *args, timeout=timeout)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 
 from .. import ops
 from ..spec import OpSpec, Role
-from . import _sharding
+from . import _deepspeed, _sharding
 from ._buckets import _BUCKET_LISTS, Buckets, OpFamily
 from ._checkpoint import CheckpointState
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
@@ -139,6 +139,14 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         groups = self.__dict__["_groups"]
         self.__dict__["_group_values"].append(self._scheduled_values(groups[-1]))
         group = groups[-1]
+        # The model's tensors, in order (the same on every rank): what an engine's flat
+        # partitions are mapped back to (_deepspeed).
+        _deepspeed.check_model_params(self, group["params"])
+        names = group.get("param_names") or [None] * len(group["params"])
+        for p, name in zip(group["params"], names):
+            self.__dict__.setdefault("_model_index", {})[id(p)] = len(self.__dict__.setdefault("_model_params", []))
+            self._model_params.append(p)
+            self.__dict__.setdefault("_model_names", []).append(name)
         for p in group["params"]:
             if p.dtype not in _PARAM_DTYPES:
                 raise TypeError(
@@ -230,6 +238,10 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             found_inf = found_inf.to(device=device, dtype=torch.float32, non_blocking=True)
         return grad_scale, found_inf
 
+    def state_dict(self) -> dict[str, Any]:
+        _deepspeed.release_replaced_state(self)  # (an engine may save before the first step)
+        return super().state_dict()
+
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Performs a single optimization step.
@@ -289,8 +301,11 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         total = None
         for bucket in buckets.values():
             grads = bucket["grads"]
-            norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
-            part = torch.stack(norms).double().square().sum()
+            if grads:
+                norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
+                part = torch.stack(norms).double().square().sum()
+            else:  # (a rank with no piece of a sharded bucket)
+                part = torch.zeros((), dtype=torch.float64, device=bucket["device"])
             part = _sharding.all_reduce_sum(part, bucket["sharding"])
             total = part if total is None else total + part.to(total.device, non_blocking=True)
         grad_scale, _ = self._amp_args(total.device)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..spec import OpSpec, Role
-from . import _sharding
+from . import _deepspeed, _sharding
 from ._scheduled import as_floats
 
 __all__ = ["OpFamily", "Buckets"]
@@ -92,7 +92,12 @@ class Buckets:
 
     def _group_buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
         """Param group ``index``'s buckets (see ``_buckets``): from ``_init_group`` when
-        it takes the group, else from ``_buckets``."""
+        it takes the group, else from ``_buckets``; a group holding an engine's flat
+        partitions (DeepSpeed ZeRO), from ``_deepspeed``."""
+        if not torch.compiler.is_compiling():  # (engines step eagerly)
+            flat = _deepspeed.flat_buckets(self, group)
+            if flat is not None:
+                return flat
         if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
             # A backward traced into the same graph (recipe (a)) sets the grads as
             # pending side effects, which an eager _init_group cannot see: dynamo
@@ -216,6 +221,12 @@ class Buckets:
             self._step_sparse(group, bucket, grad_scale, found_inf)
             return
         op = self._op
+        sharding = bucket["sharding"]
+        if not bucket["params"]:  # a rank with no piece of a sharded bucket: its share of the collective
+            if sharding is not None and len(self._ops.functions(torch.float32)) > 1:
+                _sharding.combine(torch.zeros((0, len(op.reductions)), device=bucket["device"]),
+                                  [c.combine for c in op.reductions], sharding)
+            return
         dtype = bucket["params"][0].dtype
         args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
         args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
@@ -231,7 +242,6 @@ class Buckets:
             shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
             args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
         chunks = [self._chunk(args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
-        sharding = bucket["sharding"]
         step, *phases = self._ops.functions(dtype)
         if sharding is None or not sharding.dims or not phases:
             for chunk in chunks:

@@ -105,9 +105,10 @@ class CheckpointState:
             state = self.state[p]
             for k, v in values.items():
                 state[k] = v.to(device=p.device, dtype=self._state_dtype(k, p.dtype), copy=True)
-                if k in self._scalar_state_keys:
+                if k in self._scalar_state_keys and v.numel() == 1:  # (a flat partition's: one per piece)
                     state[k] = state[k].reshape(())
             step = state.pop("step", None)
             if step is not None and self._has_step:  # (releases up to 0.1.0 kept a dead LARS step)
-                state["step"] = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True).reshape(())
+                step = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True)
+                state["step"] = step.reshape(()) if step.numel() == 1 else step
         self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats

@@ -92,8 +92,11 @@ def local(t: Tensor) -> Tensor:
     return t.to_local() if is_dtensor(t) else t
 
 
-def all_reduce_sum(t: Tensor, sharding: Sharding | None) -> Tensor:
-    """``t`` summed across the ranks that hold shards of the same tensors."""
+def all_reduce_sum(t: Tensor, sharding: Any) -> Tensor:
+    """``t`` summed across the ranks that hold shards of the same tensors (``sharding``: a
+    :class:`Sharding`, or the pieces of flat partitions, ``_deepspeed.Pieces``)."""
+    if sharding is not None and not isinstance(sharding, Sharding):
+        return sharding.all_reduce_sum(t)
     if sharding is not None:
         import torch.distributed._functional_collectives as funcol
 
@@ -118,12 +121,14 @@ def _done(t: Tensor) -> Tensor:
     return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
 
 
-def combine(partials: Tensor, combines: Sequence[str], sharding: Sharding | None) -> Tensor:
+def combine(partials: Tensor, combines: Sequence[str], sharding: Any) -> Tensor:
     """Per-tensor partial reductions ``[n, k]`` of the local shards, combined over
     ``sharding``'s mesh dims column by column (``combines[j]``: "sum" or "max")
     into the full tensors' values: one collective per sharded mesh dimension."""
     if sharding is None:
         return partials
+    if not isinstance(sharding, Sharding):  # (_deepspeed.Pieces)
+        return sharding.combine(partials, list(combines))
     if all(c == "sum" for c in combines):
         return all_reduce_sum(partials, sharding)
     for d in sharding.dims:

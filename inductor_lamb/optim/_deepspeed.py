@@ -1,0 +1,267 @@
+"""DeepSpeed ZeRO (stages 1, 2 and 3, ZeRO-Offload included): the flat partitions that
+DeepSpeed hands a client optimizer, mapped back to pieces of the model's tensors, so that a
+layer-wise step (LAMB, LAMB16, LARS) takes each tensor's norms over the whole tensor.
+
+How ZeRO drives a client optimizer (DeepSpeed 0.19, ``runtime/zero/stage_1_and_2.py`` and
+``stage3.py``): it builds its own flat groups from the optimizer's param groups, then puts
+one flat float32 tensor in each group, this rank's partition, and calls ``step()`` with that
+tensor and its flat grad. The partition cuts across the model's tensors, so a per-tensor
+norm taken over it would be a per-partition norm: silently wrong. Where each piece lies:
+
+- **Stages 1 and 2**: every model param carries ``_hp_mapping`` (``utils/tensor_fragment.py``)
+  with ``hp_fragment``, a view into this rank's flat partition, and ``hp_fragment_address``
+  (its start and length there), or ``None`` where no piece of it is on this rank; and
+  ``_dp_group``, the data-parallel group.
+- **Stage 3**: every model param carries ``_z3_optimizer``, the ZeRO-3 optimizer, whose
+  ``grad_position[get_param_id(p)] = [sub_group, offset, partition_numel]`` locates the param's
+  slot in the flat tensor of its sub-group; rank r holds elements ``[r, r + 1) *
+  partition_numel`` of the flattened param (the last rank's slot ends in padding).
+
+A step over a flat partition becomes a step over its pieces (views into the partition, its
+grad and its state), one bucket whose sharding is :class:`Pieces`: the reduce op's per-piece
+partials are placed at their tensor's index in a table of every model tensor, combined
+across the data-parallel group by one collective (an ``all_reduce``, or an ``all_gather``
+combined in rank order when some columns take a max: LAMB16's amaxes), and read back per
+piece for the apply op. A rank with no piece of a tensor adds nothing to it; a rank with no
+piece at all still takes part in the collective. Global gradient clipping, when the
+optimizer does it, takes one more ``all_reduce``.
+
+The state of a flat partition is kept as DeepSpeed expects of a client optimizer: one
+tensor like the partition per state key (``exp_avg`` ...), which DeepSpeed's checkpoints
+and its fragment API read, plus per-piece vectors for what is one value per tensor (the step
+counts; LAMB16's scales). Element-wise optimizers (Adagrad) step the partition as it is:
+they need nothing per tensor.
+
+A layer-wise optimizer handed flat tensors it cannot map (FSDP1's ``FlatParameter``, another
+engine's, a DeepSpeed whose layout differs) refuses with an error that says what to do.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["Pieces", "check_model_params", "flat_buckets", "release_replaced_state"]
+
+
+@dataclass(eq=False)
+class Pieces:
+    """The sharding of a bucket of pieces of the model's tensors (a ZeRO partition): piece i
+    is part of model tensor ``index[i]`` of ``count``; the other pieces of those tensors are
+    on the other ranks of ``group``."""
+
+    group: Any
+    index: Tensor  # int64 [pieces], on the partition's device
+    count: int
+    dims: tuple[int, ...] = field(default=(0,))  # (combined along one group, as one mesh dimension)
+
+    def _on_comm_device(self, t: Tensor) -> Tensor:
+        # NCCL carries device tensors only (an offloaded partition is on the CPU)
+        import torch.distributed as dist
+
+        if t.device.type == "cpu" and dist.get_backend(self.group) == "nccl":
+            return t.to(torch.device("cuda", torch.cuda.current_device()))
+        return t
+
+    def all_reduce_sum(self, t: Tensor) -> Tensor:
+        """``t`` (one value for the whole partition) summed over the group."""
+        import torch.distributed as dist
+
+        out = self._on_comm_device(t.clone())
+        dist.all_reduce(out, group=self.group)
+        return out.to(t.device)
+
+    def combine(self, partials: Tensor, combines: list[str]) -> Tensor:
+        """Per-piece partial reductions ``[pieces, k]`` combined into each whole tensor's
+        values (column j summed or maxed as ``combines[j]``), read back per piece."""
+        import torch.distributed as dist
+
+        table = partials.new_zeros(self.count, partials.shape[1]).index_copy_(0, self.index, partials)
+        table = self._on_comm_device(table)
+        if all(c == "sum" for c in combines):
+            dist.all_reduce(table, group=self.group)
+        else:
+            size = dist.get_world_size(self.group)
+            gathered = table.new_empty(size * table.shape[0], table.shape[1])
+            dist.all_gather_into_tensor(gathered, table, group=self.group)
+            gathered = gathered.view(size, *table.shape)
+            table = torch.stack([gathered[:, :, j].sum(0) if c == "sum" else gathered[:, :, j].amax(0)
+                                 for j, c in enumerate(combines)], dim=1)
+        return table.to(partials.device).index_select(0, self.index)
+
+
+@dataclass
+class _Plan:
+    """Where the pieces of one flat partition lie: (model tensor index, start, length)."""
+
+    flat: weakref.ref
+    pieces: list[tuple[int, int, int]]
+    group: Any
+
+
+def _model_params(opt: Any) -> list[Tensor]:
+    return opt.__dict__.get("_model_params", [])
+
+
+def _is_foreign(opt: Any, params: list[Tensor]) -> bool:
+    """Whether a param group holds tensors the optimizer was not given (an engine's flat
+    partitions): none of them is one of the model params it was built with."""
+    known = opt.__dict__.get("_model_index")
+    return bool(known) and bool(params) and all(id(p) not in known for p in params)
+
+
+def release_replaced_state(opt: Any) -> None:
+    """Drops the state made at construction for model params that an engine has since
+    replaced by its flat partitions (they are in no param group any more): unused, it would
+    hold a full copy of the optimizer state on every rank, and torch.optim's ``state_dict``
+    cannot pack state of a tensor that is in no group."""
+    if not opt.__dict__.get("_model_index"):
+        return
+    current = {id(p) for g in opt.__dict__["_groups"] for p in g["params"]}
+    for p in _model_params(opt):
+        if id(p) not in current and p in opt.state:
+            del opt.state[p]
+
+
+def _refuse(opt: Any, what: str) -> None:
+    raise RuntimeError(
+        f"{type(opt).__name__}: {what}. Its trust ratios need each tensor's norms, which a step over "
+        "flat partitions that cut across tensors cannot take (it would be a per-partition ratio, silently "
+        "wrong). Supported: DeepSpeed ZeRO stages 1-3 (pass the optimizer to deepspeed.initialize), "
+        "FSDP2 / DTensor (fully_shard), DDP. An element-wise optimizer (inductor_lamb.Adagrad) steps any "
+        "flat layout exactly.")
+
+
+def check_model_params(opt: Any, params: list[Tensor]) -> None:
+    """Refuses, when the optimizer is built, flat params it could only step per partition."""
+    if not opt._op.reductions:
+        return
+    for p in params:
+        if getattr(p, "_is_flat_param", False):
+            _refuse(opt, "it is given FSDP1's FlatParameter (FullyShardedDataParallel flattens a module's "
+                    "params into one tensor); use FSDP2 (torch.distributed.fsdp.fully_shard) instead")
+
+
+def _plan_zero12(opt: Any, flat: Tensor) -> _Plan | None:
+    storage = flat.untyped_storage().data_ptr()
+    pieces, groups = [], []
+    for index, p in enumerate(_model_params(opt)):
+        if not hasattr(p, "_dp_group"):
+            continue
+        groups.append(p._dp_group)
+        mapping = getattr(p, "_hp_mapping", None)
+        if mapping is None or mapping.hp_fragment.untyped_storage().data_ptr() != storage:
+            continue
+        address = mapping.hp_fragment_address
+        pieces.append((index, int(address.start), int(address.numel)))
+    if not groups:
+        return None
+    if any(g is not groups[0] for g in groups):
+        _refuse(opt, "its params are in several DeepSpeed data-parallel groups (expert parallelism?), which "
+                "it does not map")
+    return _Plan(weakref.ref(flat), pieces, groups[0])
+
+
+def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
+    import torch.distributed as dist
+
+    params = _model_params(opt)
+    zero3 = next((p._z3_optimizer for p in params if hasattr(p, "_z3_optimizer")), None)
+    if zero3 is None:
+        return None
+    flats = getattr(zero3, "fp32_partitioned_groups_flat", None)
+    sub_group = next((i for i, f in enumerate(flats or ()) if f is flat), None)
+    if sub_group is None:
+        _refuse(opt, f"DeepSpeed ZeRO-3 handed it a flat tensor of {flat.numel()} elements that is not one of "
+                "its fp32 partitions (a DeepSpeed version whose layout this release does not know)")
+    index_of = opt.__dict__["_model_index"]
+    group = zero3.dp_process_group
+    rank = dist.get_rank(group)
+    pieces = []
+    for p in zero3.fp16_groups[sub_group]:
+        if id(p) not in index_of:
+            _refuse(opt, "DeepSpeed ZeRO-3 steps a param that was not given to this optimizer")
+        _, offset, slot = zero3.grad_position[zero3.get_param_id(p)]
+        length = max(0, min(slot, p.ds_numel - rank * slot))  # (the rest of the slot is padding)
+        if length:
+            pieces.append((index_of[id(p)], int(offset), int(length)))
+    return _Plan(weakref.ref(flat), pieces, group)
+
+
+def _plan(opt: Any, flat: Tensor) -> _Plan:
+    cache = opt.__dict__.setdefault("_flat_plans", {})
+    plan = cache.get(id(flat))
+    if plan is not None and plan.flat() is flat:
+        return plan
+    plan = _plan_zero12(opt, flat) or _plan_zero3(opt, flat)
+    if plan is None:
+        _refuse(opt, f"a param group holds a tensor of shape {tuple(flat.shape)} that is not one of the params "
+                "it was built with, and that no engine it knows made (another engine's flat partition?)")
+    for _, start, length in plan.pieces:
+        if start < 0 or start + length > flat.numel():
+            _refuse(opt, "DeepSpeed's map of its flat partition points outside it (a DeepSpeed version whose "
+                    "layout this release does not know)")
+    cache[id(flat)] = plan
+    return plan
+
+
+def _piece_state(opt: Any, flat: Tensor, group: dict[str, Any], pieces: int) -> dict[str, Any]:
+    """The state of a flat partition: a tensor like it per state key, and per-piece vectors
+    of the per-tensor values (step counts, LAMB16's scales), made or resized to ``pieces``."""
+    state = opt.state[flat]
+    for key in opt._state_keys:
+        if key not in state:
+            state[key] = torch.full_like(flat, opt._state_fill(key, group), dtype=opt._state_dtype(key, flat.dtype))
+    vectors = (["step"] if opt._has_step else []) + list(opt._scalar_state_keys)
+    for key in vectors:
+        fill = 0.0 if key == "step" else opt._state_fill(key, group)
+        v = state.get(key)
+        if v is None or v.numel() != pieces:
+            # (a count of another layout, from a checkpoint: every piece has taken the same steps)
+            if v is not None and v.numel():
+                fill = float(v.max()) if key == "step" else fill
+            v = torch.full((pieces,), fill, dtype=torch.float32, device=flat.device)
+        state[key] = v.reshape(-1)
+    return state
+
+
+def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]] | None:
+    """The buckets of a param group that holds flat partitions, one per partition, each of
+    the pieces of the model's tensors in it (:class:`Pieces`); None when the group holds
+    the model's own tensors (or when the optimizer is element-wise: a flat partition is
+    then stepped as it is). Raises when a layer-wise optimizer cannot map what it holds."""
+    params = group["params"]
+    if not _is_foreign(opt, params):
+        return None
+    release_replaced_state(opt)
+    if not opt._op.reductions:
+        return None
+    names = opt.__dict__["_model_names"]
+    buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for flat in params:
+        if flat.grad is None:
+            continue
+        if flat.dim() != 1 or flat.dtype != torch.float32:
+            _refuse(opt, f"a param group holds a {flat.dtype} tensor of shape {tuple(flat.shape)} that is not "
+                    "one of the params it was built with")
+        plan = _plan(opt, flat)
+        state = _piece_state(opt, flat, group, len(plan.pieces))
+        where = plan.pieces
+        b: dict[str, Any] = {"params": [flat.narrow(0, s, n) for _, s, n in where],
+                             "grads": [flat.grad.narrow(0, s, n) for _, s, n in where],
+                             "names": [names[i] for i, _, _ in where]}
+        for key, arg in opt._lists.items():  # (state like the partition; per-tensor values per piece)
+            t = state[key]
+            b[arg] = [t[j] for j in range(len(where))] if key in opt._scalar_state_keys else \
+                [t.narrow(0, s, n) for _, s, n in where]
+        if opt._has_step:
+            b["steps"] = [state["step"][j] for j in range(len(where))]
+        index = torch.tensor([i for i, _, _ in plan.pieces], dtype=torch.int64, device=flat.device)
+        b["sharding"] = Pieces(plan.group, index, len(_model_params(opt)))
+        b["device"] = flat.device
+        buckets[(flat.device, flat.dtype, id(flat))] = b
+    return buckets
