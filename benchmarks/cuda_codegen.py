@@ -66,14 +66,14 @@ def _make_optimizer(name: str, params: list) -> object:
     return getattr(inductor_lamb, name)(params, lr=1e-3, weight_decay=0.01)
 
 
-def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str) -> dict:
+def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: int = 0) -> dict:
     """Generates and compiles one row's code; returns its counts (this process only)."""
     sys.path.insert(0, str(HERE))
     import described_gpu as dg
     from common import bert_like_shapes
 
     if workload == "step":
-        with dg.described_gpu(dg.GPUS[gpu]), dg.fake_mode():
+        with dg.described_gpu(dg.GPUS[gpu], configs), dg.fake_mode():
             layers = max(1, -(-n // 16))
             shapes = bert_like_shapes(layers=layers)[:n]
             params = [torch.randn(s, device="cuda", requires_grad=True) for s in shapes]
@@ -84,7 +84,7 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str) -> dict:
             out = dg.generate(opt.step)
             model = _model_launches(opt, params)
     if workload == "train":
-        out, n = _train_step(opt_name, gpu)
+        out, n = _train_step(opt_name, gpu, configs)
         model = None
     return {"optimizer": opt_name, "path": path if opt_name != "AdamW" else "-", "n": n, "workload": workload,
             "gpu": dg.GPUS[gpu].name, "kernels": out.kernels, "launches": out.launches,
@@ -92,6 +92,7 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str) -> dict:
             "engine_launches": sum(ENGINE_LAUNCHES.get(op, 0) * k for op, k in out.lamb_calls.items()),
             "gb_per_step": out.gb_per_call,
             "compile_s": round(out.compile_s, 1), "cubins_missing": out.cubins_missing, "model": model,
+            "configs": configs or "all",
             "torch": torch.__version__}
 
 
@@ -139,7 +140,7 @@ def _lm_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> t
     return loss.detach()
 
 
-def _train_step(opt_name: str, gpu: str):
+def _train_step(opt_name: str, gpu: str, configs: int = 0):
     """The training step's graphs, traced on CPU and compiled for the described GPU.
 
     The autograd engine needs a real device for CUDA tensors, fake ones included, so
@@ -171,7 +172,7 @@ def _train_step(opt_name: str, gpu: str):
     # (torch's optimizers graph-break in step(): AdamW's step is several graphs)
     torch.compile(_lm_step, backend=backend, fullgraph=opt_name != "AdamW")(model, opt, x)
     outs = []
-    with dg.described_gpu(dg.GPUS[gpu]), dg.fake_mode():
+    with dg.described_gpu(dg.GPUS[gpu], configs), dg.fake_mode():
         for gm, inputs in graphs:
             outs.append(dg.compile_graph(dg.on_cuda(gm), [dg.like_on_cuda(t) for t in inputs]))
     return dg.combine(outs), len(list(model.parameters()))
@@ -216,14 +217,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per row")
     ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument("--child", nargs=5, metavar=("OPT", "PATH", "N", "WORKLOAD", "GPU"), help=argparse.SUPPRESS)
+    ap.add_argument("--configs", type=int, default=0,
+                    help="compile only the first CONFIGS autotuning configs of each kernel (default: all)")
+    ap.add_argument("--child", nargs=6, metavar=("OPT", "PATH", "N", "WORKLOAD", "GPU", "CONFIGS"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        opt, path, n, workload, gpu = args.child
+        opt, path, n, workload, gpu, configs = args.child
         import inductor_lamb
 
         inductor_lamb.set_compile_path(path)
-        print(json.dumps(one_row(opt, path, int(n), workload, gpu)))
+        print(json.dumps(one_row(opt, path, int(n), workload, gpu, int(configs))))
         return
 
     from tqdm import tqdm
@@ -235,7 +239,7 @@ def main() -> None:
         for n in (args.n if workload == "step" else [0]):
             for opt in args.opt:
                 for path in (["-"] if opt == "AdamW" else args.paths):
-                    jobs.append([opt, "auto" if path == "-" else path, str(n), workload, args.gpu])
+                    jobs.append([opt, "auto" if path == "-" else path, str(n), workload, args.gpu, str(args.configs)])
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(tqdm(pool.map(lambda job: _run_child(job, args.timeout), jobs), total=len(jobs),
                          desc="generating", file=sys.stderr))

@@ -113,9 +113,11 @@ COMPILED: dict[str, CompiledKernel] = {}
 
 
 @contextlib.contextmanager
-def described_gpu(gpu: Gpu) -> Iterator[Gpu]:
+def described_gpu(gpu: Gpu, configs: int = 0) -> Iterator[Gpu]:
     """torch, Dynamo, Inductor and Triton see ``gpu`` as CUDA device 0 for the duration;
-    Triton compiles its kernels (PTX, cubin) but makes no launchers. Process-wide."""
+    Triton compiles its kernels (PTX, cubin) but makes no launchers. Process-wide.
+    ``configs``: compile only the first this many autotuning configs of each kernel (0: all;
+    a GPU autotunes among all of them at the first call)."""
     check_versions()
     import triton
     from torch._dynamo import device_interface
@@ -147,7 +149,9 @@ def described_gpu(gpu: Gpu) -> Iterator[Gpu]:
             return (gpu.major, gpu.minor)
 
     def precompile(self: Any, *args: Any, **kwargs: Any) -> None:
-        self._precompile_worker()  # compile every config to a cubin; no launcher (it would load it)
+        if configs and self.configs:
+            self.configs = self.configs[:configs]
+        self._precompile_worker()  # compile each config to a cubin; no launcher (it would load it)
         meta = self.inductor_meta
         cubins = [bool(_cubin(r.kernel)) for r in self.compile_results]
         COMPILED[meta.get("kernel_name", "?")] = CompiledKernel(

@@ -13,13 +13,13 @@
 # peers (torch's fused twin; timm's Lamb and torchao's low-bit AdamWs when installed).
 # The torch.compile(reference) rows are left out unless COMPILED_REFERENCE=1: compiling
 # the reference for the BERT-large list alone took 7 minutes on an H100. A failing test
-# does not stop the benchmarks (device time is scarce); the exit status is the tests'.
+# does not stop the benchmarks (their numbers are wanted either way); the exit status is the
+# tests'.
 #
-# The H100/H200 image this was first run on needs three things done here:
-# - its `pip` is another Python's: use `python3 -m pip` (python3 holds torch);
-# - its CXX=/opt/gcc/bin/g++ links libstdc++ statically, which crashes the
-#   extension (setup.py refuses such a build): build with the system gcc/g++;
-# - it has no expecttest: tests/test_cuda.py imports only torch, pytest and conftest.
+# Environments this handles: a `pip` that belongs to another Python than the one holding torch
+# (it runs `python3 -m pip`); a CXX that links libstdc++ statically, which crashes the extension
+# (setup.py refuses such a build; the system gcc/g++ is used); no expecttest (tests/test_cuda.py
+# imports only torch, pytest and conftest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"

@@ -16,7 +16,7 @@ from .optim import Adagrad, Lamb, Lamb16, Lars
 from ._inductor import compile_path, set_compile_path
 from ._inductor import install as _install_compile_path
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference",
            "cpu_capability", "set_cpu_capability", "compile_path", "set_compile_path"]

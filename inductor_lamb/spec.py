@@ -260,7 +260,7 @@ _SCHEDULED = {
 _SUMMARIES = {
     "lamb_step_": "One LAMB step (apex FusedLAMB semantics) over whole lists of tensors, in place.",
     "lamb16_step_": "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.",
-    "lars_step_": "One LARS step over all layers (PaddlePaddle merged lars_momentum semantics), in place.",
+    "lars_step_": "One LARS step over all layers (PaddlePaddle merged ``lars_momentum`` semantics), in place.",
     "adagrad_step_": "One Adagrad step (exactly torch.optim.Adagrad) over whole lists, in place.",
 }
 _ROLE_DOCS = {
@@ -313,10 +313,10 @@ def _spec(name: str) -> OpSpec:
     summary = _SUMMARIES[c["step"]]
     if phase == "reduce":
         cols = ", ".join(f"{r.name} ({r.combine})" for r in c["reductions"])
-        summary = (f"Phase 1 of {c['step']}: pass 1, returns the per-tensor partial reductions as float32 "
+        summary = (f"Phase 1 of ``{c['step']}``: pass 1, returns the per-tensor partial reductions as float32 "
                    f"[len(params), {len(c['reductions'])}]: {cols}.")
     elif phase == "apply":
-        summary = f"Phase 2 of {c['step']}: finishes the step from {c['reduce']}'s reductions."
+        summary = f"Phase 2 of ``{c['step']}``: finishes the step from ``{c['reduce']}``'s reductions."
     return OpSpec(name, tuple(_role(a, c) for a in schema.arguments), summary,
                   frozenset(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write),
                   c["reductions"], phase, c["step"], c["reduce"], c["apply"])
