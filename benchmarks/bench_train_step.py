@@ -61,12 +61,22 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     return loss.detach()
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention written out (no SDPA, whose choice of kernel is per device)."""
+    t = q.shape[-2]
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    att = ((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5).masked_fill(causal, float("-inf")).softmax(-1)
+    return att @ v
+
+
 class CausalBlock(nn.Module):
     """A GPT-2 block: pre-LayerNorm causal self-attention and a 4x MLP."""
 
-    def __init__(self, width: int, heads: int) -> None:
+    def __init__(self, width: int, heads: int, attention=None) -> None:
         super().__init__()
         self.heads = heads
+        self.attention = attention or (lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                                                  is_causal=True))
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
         self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
@@ -74,7 +84,7 @@ class CausalBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, w = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = self.attention(q, k, v)
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
         return x + self.down(nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
@@ -83,10 +93,10 @@ class GPT2Like(nn.Module):
     """GPT-2's architecture in plain torch (GPT-2 small by default: 12 layers, width
     768, 12 heads, learned positions, tied embeddings), built with no download."""
 
-    def __init__(self, layers: int, width: int, context: int, vocab: int) -> None:
+    def __init__(self, layers: int, width: int, context: int, vocab: int, attention=None) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(CausalBlock(width, max(1, width // 64)) for _ in range(layers))
+        self.blocks = nn.ModuleList(CausalBlock(width, max(1, width // 64), attention) for _ in range(layers))
         self.ln = nn.LayerNorm(width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ This is generated code for a described GPU, not a GPU measurement: nothing here 
 
 Workloads: ``step``, ``torch.compile(opt.step)`` over N float32 params of BERT-like shapes
 (``common.bert_like_shapes``, as many layers as N needs); ``train``, a whole training step of a
-small GPT-2 (``bench_train_step.GPT2Like``, 2 layers, width 128) compiled as one graph with
+small GPT-2 (``bench_train_step.GPT2Like``, 2 layers, width 128, attention written out) compiled as one graph with
 ``fullgraph=True`` (recipe (a) of README). Each row runs in a process of its own (the shims of
 ``described_gpu`` are process-wide), two at a time by default (``--jobs``).
 """
@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from inspect import Parameter
 from pathlib import Path
 
 import torch
-from torch import nn
 
 HERE = Path(__file__).resolve().parent
 # Launches of one call of each op's CUDA kernel (csrc/cuda/<op>.cu; LAMB: 2 more with global
@@ -96,50 +96,6 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
             "torch": torch.__version__}
 
 
-class _Block(nn.Module):
-    """A GPT-2 block with attention written out (no SDPA, whose kernel choice is per device)."""
-
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, w = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        att = ((q @ k.transpose(-1, -2)) * (w // self.heads) ** -0.5).masked_fill(causal, float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, w))
-        return x + self.down(nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh"))
-
-
-class SmallGPT(nn.Module):
-    """A small GPT-2 (2 layers, width 128, 28 tensors) for the one-graph training step."""
-
-    def __init__(self, layers: int = 2, width: int = 128, context: int = 64, vocab: int = 512) -> None:
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(_Block(width, width // 64) for _ in range(layers))
-        self.ln = nn.LayerNorm(width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
-        for block in self.blocks:
-            h = block(h)
-        return self.ln(h) @ self.tok.weight.t()
-
-
-def _lm_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
-    logits = model(x)
-    loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
-
-
 def _train_step(opt_name: str, gpu: str, configs: int = 0):
     """The training step's graphs, traced on CPU and compiled for the described GPU.
 
@@ -161,21 +117,75 @@ def _train_step(opt_name: str, gpu: str, configs: int = 0):
         graphs.append((gm, inputs))
         return gm.forward
 
-    torch.manual_seed(0)
-    model = SmallGPT()
+    from bench_train_step import GPT2Like, causal_attention, lm_step
+
+    torch.manual_seed(0)  # a small GPT-2: 2 layers, width 128, 28 tensors; attention written out
+    model = GPT2Like(layers=2, width=128, context=64, vocab=512, attention=causal_attention)
     opt = _make_optimizer(opt_name, list(model.parameters()))
     x = torch.randint(0, 512, (4, 64))
-    _lm_step(model, opt, x)  # the state
+    lm_step(model, opt, x)  # the state
     torch._dynamo.config.trace_autograd_ops = True
     backend = aot_autograd(fw_compiler=capture, decompositions=select_decomp_table(),
                            keep_inference_input_mutations=True)
     # (torch's optimizers graph-break in step(): AdamW's step is several graphs)
-    torch.compile(_lm_step, backend=backend, fullgraph=opt_name != "AdamW")(model, opt, x)
+    torch.compile(lm_step, backend=backend, fullgraph=opt_name != "AdamW")(model, opt, x)
     outs = []
     with dg.described_gpu(dg.GPUS[gpu], configs), dg.fake_mode():
         for gm, inputs in graphs:
             outs.append(dg.compile_graph(dg.on_cuda(gm), [dg.like_on_cuda(t) for t in inputs]))
     return dg.combine(outs), len(list(model.parameters()))
+
+
+INTERPRET_SHAPES = [(33, 17), (7,), (64, 48), (3000,), (), (0,)]
+
+
+def interpret_op(op: str, gpu: str) -> dict:
+    """The lowered step of op ``op`` generated for ``gpu``, run by Triton's interpreter on CPU
+    tensors (mixed shapes, a transposed param, 0-d and empty ones; three steps with a changing
+    lr), against the float64 reference: the largest relative error of the params and the float32
+    state. This process only (``TRITON_INTERPRET=1`` must be set before Triton is imported)."""
+    sys.path.insert(0, str(HERE))
+    import described_gpu as dg
+
+    import inductor_lamb
+    from inductor_lamb import reference
+    from inductor_lamb.spec import SPECS, Role
+
+    spec = SPECS[op]
+    gen = torch.Generator().manual_seed(0)
+    rand = lambda s, scale=1.0: torch.randn(s, generator=gen) * scale  # noqa: E731
+    lists: dict[str, list[torch.Tensor]] = {}
+    for a in spec.args:
+        if a.role in (Role.PARAMS, Role.GRADS):
+            lists[a.name] = [rand(s) for s in INTERPRET_SHAPES]
+        elif a.role is Role.STATE:  # (in (0, 0.1]: second moments and Adagrad's sums are nonnegative)
+            fp8 = {torch.float8_e4m3fn: 4000.0, torch.float8_e5m2: 5e5}.get(a.dtype, 1.0)  # (codes in range)
+            lists[a.name] = [((torch.rand(s, generator=gen) * 0.1 + 1e-3) * fp8).to(a.dtype or torch.float32)
+                             for s in INTERPRET_SHAPES]
+        elif a.role is Role.SCALARS:
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
+            lists[a.name] = [torch.tensor(value) for _ in INTERPRET_SHAPES]
+    lists["params"][0] = lists["params"][0].t().contiguous().t()  # (a transposed param)
+    hypers = {a.name: torch.tensor(float(a.default)) for a in spec.args
+              if a.role is Role.TENSOR and a.default is not Parameter.empty}
+    floats = {"weight_decay": 0.01} if "weight_decay" in spec.names else {}
+    ref = {k: [t.double() if t.dtype == torch.float32 else t.clone() for t in v] for k, v in lists.items()}
+    wrapper = getattr(inductor_lamb.ops, op)
+    inductor_lamb.set_compile_path("lowering")
+    errors: dict[str, float] = {}
+    with dg.described_gpu(dg.GPUS[gpu]):
+        for step, lr in enumerate([1e-2, 3e-3, 2e-2]):
+            scheduled = {"lr": torch.tensor(lr), **hypers}  # (graph inputs: on the device, like the params)
+            dg.run_interpreted(lambda **kw: wrapper(*[kw[k] for k in lists], **{k: kw[k] for k in scheduled}, **floats),
+                               **lists, **scheduled)
+            getattr(reference, op.rstrip("_"))(*ref.values(), lr=torch.tensor(lr, dtype=torch.float64),
+                                               **hypers, **floats)
+    for k, v in lists.items():
+        if v[0].dtype != torch.float32 or k == "steps":
+            continue
+        errors[k] = max(float(((a.double() - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+                        for a, b in zip(v, ref[k]) if b.numel())
+    return {"op": op, "gpu": dg.GPUS[gpu].name, "max_rel_error": errors}
 
 
 def _run_child(args: list[str], timeout: float = 3600) -> dict:
@@ -217,11 +227,25 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per row")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--interpret", nargs="+", metavar="OP",
+                    help="run these ops' lowered steps under Triton's interpreter against the float64 reference")
     ap.add_argument("--configs", type=int, default=0,
                     help="compile only the first CONFIGS autotuning configs of each kernel (default: all)")
     ap.add_argument("--child", nargs=6, metavar=("OPT", "PATH", "N", "WORKLOAD", "GPU", "CONFIGS"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.interpret and os.environ.get("TRITON_INTERPRET") != "1":
+        # (the interpreter must be chosen before Triton is imported: a process of its own)
+        env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)
+    if args.interpret:
+        rows = [interpret_op(op, args.gpu) for op in args.interpret]
+        for r in rows:
+            print(f"{r['op']} (generated for {r['gpu']}, run by Triton's interpreter): largest relative error "
+                  "against float64: " + ", ".join(f"{k} {e:.1e}" for k, e in r["max_rel_error"].items()))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     if args.child:
         opt, path, n, workload, gpu, configs = args.child
         import inductor_lamb

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -352,3 +351,61 @@ def fake_mode() -> Any:
 
     proxy_tensor.CONSTANT_NUMEL_LIMIT = 0  # (a real constant would need a real CUDA tensor)
     return FakeTensorMode()
+
+
+def run_interpreted(fn: Callable[..., Any], **tensors: Any) -> None:
+    """Compiles ``fn(**tensors)`` for the described GPU (fake CUDA copies of ``tensors``: lists
+    of tensors and tensors) and runs the generated code on ``tensors`` themselves, CPU tensors,
+    with every Triton kernel executed by Triton's interpreter. Needs ``TRITON_INTERPRET=1`` in
+    the environment before Triton is imported, and :func:`described_gpu` around the call.
+
+    What the generated wrapper needs of a GPU is given it on the CPU: its buffers are CPU
+    tensors, its stream 0, its device guard a no-op. Triton's interpreter runs no libdevice
+    function (they are external calls); Inductor's ``libdevice.pow`` (the float64 bias
+    corrections ``beta ** t``) runs as ``exp(t * log(beta))`` instead."""
+    import triton.language as tl
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.runtime import triton_heuristics, triton_helpers
+
+    class NoGuard:
+        def __init__(self, index: int) -> None:
+            pass
+
+        def __enter__(self) -> NoGuard:
+            return self
+
+        def __exit__(self, *exc: Any) -> bool:
+            return False
+
+    compiled: dict[str, Any] = {}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        compiled["gm"], compiled["fn"] = gm, compile_fx(gm, example_inputs)
+        return gm.forward
+
+    def fake_like(x: Any) -> Any:
+        if isinstance(x, list):
+            return [fake_like(t) for t in x]
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+
+    patches = [(triton_heuristics.CachingAutotuner, "precompile", lambda self, *a, **k: None),
+               (torch._C._dynamo.guards, "_empty_strided_cuda",
+                lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype)),
+               (torch._C, "_cuda_getCurrentRawStream", lambda device: 0), (torch.cuda, "_DeviceGuard", NoGuard),
+               (triton_helpers.libdevice, "pow", lambda a, b: tl.exp(tl.log(a) * b))]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        torch._dynamo.reset()
+        with fake_mode():
+            torch.compile(fn, backend=backend, fullgraph=True)(**{k: fake_like(v) for k, v in tensors.items()})
+        # Dynamo names the graph input of tensors[k][i] l_{k}_{i}_ (l_kw_{k}_{i}_ through **kw)
+        by_name = {f"{k}_{i}_": t for k, v in tensors.items() if isinstance(v, list) for i, t in enumerate(v)}
+        by_name.update({f"{k}_": v for k, v in tensors.items() if not isinstance(v, list)})
+        inputs = [n.name.removeprefix("l_").removeprefix("kw_") for n in compiled["gm"].graph.nodes
+                  if n.op == "placeholder"]
+        compiled["fn"](*[by_name[name] for name in inputs])
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)

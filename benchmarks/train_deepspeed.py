@@ -43,35 +43,22 @@ sys.path.insert(0, str(HERE))
 import lm_convergence as lm  # noqa: E402
 
 import inductor_lamb  # noqa: E402
-from inductor_lamb import reference  # noqa: E402
 
 LR = 1e-2
 
 
-class PartitionLamb(torch.optim.Optimizer):
-    """LAMB (the float64-capable reference math of ``inductor_lamb.reference``) over whatever
-    tensors it is given, one trust ratio per tensor: under ZeRO, one per flat partition."""
+class PartitionLamb(inductor_lamb.Lamb):
+    """``Lamb`` with its mapping of flat partitions back to tensors turned off: it steps whatever
+    tensors it is given, one trust ratio per tensor, so under ZeRO one per flat partition, as
+    a LAMB unaware of ZeRO does."""
 
-    def __init__(self, params, lr: float = LR, weight_decay: float = 0.01) -> None:
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                s = self.state[p]
-                if not s:
-                    s.update(step=torch.zeros((), dtype=torch.float32), m=torch.zeros_like(p), v=torch.zeros_like(p))
-                reference.lamb_step([p], [p.grad], [s["m"]], [s["v"]], [s["step"]],
-                                    lr=torch.tensor(float(group["lr"])), weight_decay=group["weight_decay"],
-                                    eps=1e-6)
+    def _group_buckets(self, group, index):
+        return self._buckets(group, index)
 
 
 OPTIMIZERS = {
     "ZeRO LAMB (inductor_lamb.Lamb)": lambda groups: inductor_lamb.Lamb(groups, lr=LR, eps=1e-6),
-    "ZeRO LAMB, one trust ratio per partition": lambda groups: PartitionLamb(groups, lr=LR),
+    "ZeRO LAMB, one trust ratio per partition": lambda groups: PartitionLamb(groups, lr=LR, eps=1e-6),
 }
 
 

@@ -326,9 +326,10 @@ class CountingBackend:
 
 
 def spawn(cases: object, case: str, world: int, *args, timeout: float = 120.0) -> None:
-    """Runs ``cases.<case>(rank, world, *args)`` on ``world`` spawned ranks (``cases``: a
-    module with ``run_rank``, which joins a gloo group on a file store in a temporary
-    directory); fails on any rank's error or after ``timeout`` seconds."""
+    """Runs ``cases.<case>(rank, world, *args)`` on ``world`` spawned ranks (``cases``: a module
+    of rank functions, optionally with ``setup_rank()``, run first on every rank), each in a
+    gloo group on a file store in a temporary directory; fails on any rank's error or after
+    ``timeout`` seconds."""
     import os
     import tempfile
     import time
@@ -336,11 +337,41 @@ def spawn(cases: object, case: str, world: int, *args, timeout: float = 120.0) -
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.spawn(cases.run_rank, args=(world, os.path.join(tmp, "store"), case, args), nprocs=world,
-                       join=False)
+        ctx = mp.spawn(_run_rank, args=(cases.__name__, world, os.path.join(tmp, "store"), case, args),
+                       nprocs=world, join=False)
         deadline = time.monotonic() + timeout
         while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
                 for p in ctx.processes:
                     p.kill()
                 pytest.fail(f"{case}{args} did not finish in {timeout:.0f} s at world size {world}")
+
+
+def _run_rank(rank: int, module: str, world: int, init_file: str, case: str, args: tuple) -> None:
+    """Entry point of one spawned rank of :func:`spawn`."""
+    import importlib
+    import os
+    import sys
+    import traceback
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        cases = importlib.import_module(module)
+        getattr(cases, "setup_rank", lambda: None)()
+        getattr(cases, case)(rank, world, *args)
+        dist.barrier()  # no rank tears its connections down while another still talks
+    except BaseException:
+        traceback.print_exc()  # (the traceback of every failing rank, not only the first one)
+        raise
+    finally:
+        dist.destroy_process_group()
+    # A passing rank leaves without interpreter finalization: gloo's threads sometimes
+    # outlive it there and abort the process ("terminate called without an active
+    # exception", SIGABRT) after the case has passed, failing the test at random.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,19 +1,14 @@
-"""What the ranks of tests/test_deepspeed.py run: real DeepSpeed engines (ZeRO stages 1-3,
+"""What the ranks of tests/test_deepspeed.py run (``conftest.spawn``): real DeepSpeed engines (ZeRO stages 1-3,
 CPU, gloo on a localhost file store), each rank comparing the model it trained with the same
 model trained unsharded by the same optimizer in the same process (every rank on the same
 batches: DeepSpeed's averaged grads are then the unsharded ones)."""
 
 from __future__ import annotations
 
-import copy
-import os
-import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
@@ -30,27 +25,13 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
 }
 
 
-def run_rank(rank: int, world: int, init_file: str, case: str, args: tuple) -> None:
-    """Entry point of one spawned rank."""
-    torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def setup_rank() -> None:
+    """Run by ``conftest.spawn`` on every rank before its case."""
     import deepspeed.ops
 
     # DeepSpeed's shared-memory all-reduce serves inference only; unbuilt, it would be compiled
     # (a minute or two) by the first engine. Without it DeepSpeed uses torch.distributed.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    try:
-        globals()[case](rank, world, *args)
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        raise
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # (see dist_cases.run_rank: gloo's threads may abort interpreter finalization)
 
 
 class Net(nn.Module):

@@ -1,5 +1,5 @@
-"""What the ranks of tests/test_distributed.py run: real process groups (gloo,
-localhost file store), each rank comparing its sharded run with a whole-tensor
+"""What the ranks of tests/test_distributed.py run (``conftest.spawn``: real gloo process
+groups on a localhost file store), each rank comparing its sharded run with a whole-tensor
 run of the same problem in the same process."""
 
 from __future__ import annotations
@@ -7,12 +7,10 @@ from __future__ import annotations
 import copy
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -40,27 +38,6 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "lars_plain": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, lars_coeff=0.01),
     "adagrad": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3),
 }
-
-
-def run_rank(rank: int, world: int, init_file: str, case: str, args: tuple) -> None:
-    """Entry point of one spawned rank."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        globals()[case](rank, world, *args)
-        dist.barrier()  # no rank tears its connections down while another still talks
-    except BaseException:
-        # (the traceback of every failing rank, not only the first one)
-        traceback.print_exc()
-        raise
-    finally:
-        dist.destroy_process_group()
-    # A passing rank leaves without interpreter finalization: gloo's threads sometimes
-    # outlive it there and abort the process ("terminate called without an active
-    # exception", SIGABRT) after the case has passed, failing the test at random.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def set_lr(opt: torch.optim.Optimizer, k: int) -> None:

@@ -4,7 +4,8 @@ its shims of torch and Triton are process-wide), every kernel compiled to an sm_
 
 Counts, not timings: the default path's launches per step against torch's compiled AdamW on
 the same tensors, and the lowering's launches against the model the ``"auto"`` rule decides
-by (``inductor_lamb/_inductor/cost.py``). Needs a CUDA build of torch with Triton; no GPU.
+by (``inductor_lamb/_inductor/cost.py``); and the generated kernels' results, run on CPU
+tensors by Triton's interpreter. Needs a CUDA build of torch with Triton; no GPU.
 """
 
 from __future__ import annotations
@@ -71,3 +72,19 @@ def test_lowering_launches_against_the_model(rows: list[dict], opt: str, n: int)
     assert model["lowering"] <= row["launches"] <= 2 * model["lowering"], row
     assert model["engine"] < model["lowering"]
     assert n <= row["launches"]  # (the reductions: at least one kernel per tensor)
+
+
+def test_generated_kernels_run_by_the_interpreter_match_the_reference(tmp_path) -> None:
+    """Each op's lowered step, generated for an H100, run on CPU tensors by Triton's interpreter
+    (mixed, transposed, 0-d and empty tensors; three steps with a changing lr): the float64
+    reference's params and state to float32 rounding."""
+    out = tmp_path / "interpret.json"
+    ops = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_codegen.py"), "--interpret", *ops,
+                    "--json", str(out)], check=True, timeout=900, cwd=ROOT)
+    rows = json.loads(out.read_text())
+    assert [r["op"] for r in rows] == ops
+    for r in rows:
+        assert "params" in r["max_rel_error"], r
+        for name, error in r["max_rel_error"].items():
+            assert error < 1e-5, (r["op"], name, error)

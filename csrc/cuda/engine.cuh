@@ -199,4 +199,20 @@ cudaError_t launch_finish_reductions(const Launch& l, int k, unsigned max_mask);
 // 1 / max(1, ||grads / grad_scale|| / max_norm); kernels then read grad_multiplier(l, true).
 cudaError_t launch_grad_clip(const Launch& l, double max_norm);
 
+// The two phases every layer-wise op launches. reduce: pass 1 on every chunk (its partials),
+// then the per-tensor reductions (k columns, maxes where max_mask says). apply: the per-tensor
+// coefficients (one thread a tensor), then pass 2 on every chunk.
+template <typename Hyper, typename... P, typename... A>
+int reduce_phase(void (*pass1)(Launch, P...), const Launch& l, int k, unsigned max_mask, const Hyper& h,
+                 const A&... extra) {
+  on_chunks(pass1, l, h, extra...);
+  return launch_finish_reductions(l, k, max_mask);
+}
+template <typename Hyper, typename... P, typename... Q>
+int apply_phase(void (*coeffs)(Launch, P...), void (*pass2)(Launch, Q...), const Launch& l, const Hyper& h) {
+  on_tensors(coeffs, l, h);
+  on_chunks(pass2, l, h);
+  return cudaGetLastError();
+}
+
 }  // namespace inductor_lamb::cuda

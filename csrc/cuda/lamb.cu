@@ -70,14 +70,11 @@ extern "C" int inductor_lamb_cuda_lamb_reduce(const Launch* l, const lamb::Hyper
   if (clipped) {
     if (cudaError_t e = launch_grad_clip(*l, h->max_grad_norm)) return e;
   }
-  on_chunks(pass1, *l, *h, clipped);
-  return launch_finish_reductions(*l, lamb::kReductions, 0u);
+  return reduce_phase(pass1, *l, lamb::kReductions, 0u, *h, clipped);
 }
 
 extern "C" int inductor_lamb_cuda_lamb_apply(const Launch* l, const lamb::Hyper* h) {
-  on_tensors(coeffs, *l, *h);
-  on_chunks(pass2, *l, *h);
-  return cudaGetLastError();
+  return apply_phase(coeffs, pass2, *l, *h);
 }
 
 }  // namespace inductor_lamb::cuda

@@ -103,14 +103,11 @@ __global__ void pass2(Launch l, lamb16::Hyper h) {
 }  // namespace
 
 extern "C" int inductor_lamb_cuda_lamb16_reduce(const Launch* l, const lamb16::Hyper* h) {
-  on_chunks(pass1, *l, *h);
-  return launch_finish_reductions(*l, lamb16::kReductions, lamb16::kMaxColumns);
+  return reduce_phase(pass1, *l, lamb16::kReductions, lamb16::kMaxColumns, *h);
 }
 
 extern "C" int inductor_lamb_cuda_lamb16_apply(const Launch* l, const lamb16::Hyper* h) {
-  on_tensors(coeffs, *l, *h);
-  on_chunks(pass2, *l, *h);
-  return cudaGetLastError();
+  return apply_phase(coeffs, pass2, *l, *h);
 }
 
 }  // namespace inductor_lamb::cuda

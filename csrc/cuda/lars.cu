@@ -46,14 +46,11 @@ __global__ void update(Launch l, lars::Hyper h) {
 }  // namespace
 
 extern "C" int inductor_lamb_cuda_lars_reduce(const Launch* l, const lars::Hyper* h) {
-  on_chunks(norms, *l, *h);
-  return launch_finish_reductions(*l, lars::kReductions, 0u);
+  return reduce_phase(norms, *l, lars::kReductions, 0u, *h);
 }
 
 extern "C" int inductor_lamb_cuda_lars_apply(const Launch* l, const lars::Hyper* h) {
-  on_tensors(coeffs, *l, *h);
-  on_chunks(update, *l, *h);
-  return cudaGetLastError();
+  return apply_phase(coeffs, update, *l, *h);
 }
 
 }  // namespace inductor_lamb::cuda

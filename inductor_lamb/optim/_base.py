@@ -108,8 +108,13 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
         cls._flat_lists = (*(a.name for a in op.args if a.role in _BUCKET_LISTS), "master_params")
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, unscale_in_step: bool = False) -> None:
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, master_weights: bool = False,
+                 stochastic_rounding: bool = True, seed: int = 0, unscale_in_step: bool = False) -> None:
+        """``defaults``: the optimizer's own hyper-parameters; the options every optimizer
+        shares (master copies, param rounding, GradScaler mode) are added here."""
         as_lr_tensor(defaults["lr"])  # validates
+        defaults = {**defaults, "master_weights": master_weights, "stochastic_rounding": bool(stochastic_rounding),
+                    "seed": check_seed(seed)}
         # (what GradScaler and Lightning read: see the class docstring)
         self._step_supports_amp_scaling = bool(unscale_in_step)
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).

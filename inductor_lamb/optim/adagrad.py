@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import ADAGRAD
-from ._base import FusedOptimizer, OpFamily, check_nonnegative, check_seed
+from ._base import FusedOptimizer, OpFamily, check_nonnegative
 
 __all__ = ["Adagrad"]
 
@@ -64,9 +64,9 @@ class Adagrad(FusedOptimizer):
         defaults = dict(
             lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize,
-            master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
-        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, master_weights=master_weights,
+                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return float(group.get("initial_accumulator_value", 0.0))

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative, check_seed
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -77,10 +77,10 @@ class Lamb(FusedOptimizer):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
-            max_grad_norm=max_grad_norm, master_weights=master_weights,
-            stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
+            max_grad_norm=max_grad_norm,
         )
-        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, master_weights=master_weights,
+                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
 
     def _adopt_foreign_group(self, group: dict[str, Any], num_groups: int) -> list[str]:
         """timm's ``Lamb`` and apex's ``FusedLAMB`` groups: the same hyper-parameters

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB16
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative, check_seed
+from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -84,9 +84,9 @@ class Lamb16(FusedOptimizer):
         check_nonnegative(eps=eps, weight_decay=weight_decay, trust_scale=trust_scale)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_scale=trust_scale,
-            master_weights=master_weights, stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
         )
-        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, master_weights=master_weights,
+                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return 1.0 if key in self._scalar_state_keys else 0.0

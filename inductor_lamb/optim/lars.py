@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LARS
-from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative, check_seed
+from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -96,10 +96,10 @@ class Lars(FusedOptimizer):
         self._excludes = exclude_from_weight_decay is not None or exclude_from_layer_adaptation is not None
         defaults = dict(
             lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
-            rescale_grad=rescale_grad, master_weights=master_weights,
-            stochastic_rounding=bool(stochastic_rounding), seed=check_seed(seed),
+            rescale_grad=rescale_grad,
         )
-        super().__init__(params, defaults, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, master_weights=master_weights,
+                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
