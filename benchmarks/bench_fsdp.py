@@ -57,7 +57,8 @@ class CollectiveLog:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[int, ...], torch.dtype, int]] = []
         self.enabled = False
-        funcol = _sharding.funcol
+        import torch.distributed._functional_collectives as funcol  # (what _sharding calls, imported there lazily)
+
         for name in ("all_reduce", "all_gather_single", "all_gather_tensor"):
             if not hasattr(funcol, name):
                 continue
@@ -84,15 +85,17 @@ def median_ms(fn, iters: int) -> float:
 
 def time_collectives(calls, mesh, iters: int) -> float:
     """ms for issuing the step's collectives alone (same shapes, waited)."""
+    import torch.distributed._functional_collectives as funcol
+
     tensors = [(name, torch.rand(shape, dtype=dtype)) for name, shape, dtype, _ in calls]
 
     def run():
         for name, t in tensors:
             if name == "all_reduce":
-                out = _sharding.funcol.all_reduce(t, "sum", (mesh, 0))
+                out = funcol.all_reduce(t, "sum", (mesh, 0))
             else:
                 out = _sharding._all_gather(t, 0, (mesh, 0))
-            _sharding.funcol.wait_tensor(out)
+            funcol.wait_tensor(out)
 
     return median_ms(run, iters)
 

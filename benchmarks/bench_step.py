@@ -157,8 +157,13 @@ def run(args) -> list[dict]:
         n = numel(workloads[w])
         table = []
         for name, floor, fn in rows:
-            with torch.no_grad():
-                t = bench(fn, min_time=args.min_time)
+            try:
+                with torch.no_grad():
+                    t = bench(fn, min_time=args.min_time)
+            except Exception as e:  # noqa: BLE001  (a peer that fails, e.g. to compile: say so, go on)
+                print(f"{name} on {kind} {w}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+                print(f"({name}: {type(e).__name__}, not timed)")
+                continue
             table.append({"op": kind, "workload": w, "method": name, "ms": t * 1e3, "gbs": floor * n / t / 1e9,
                           "floor": floor, "bw": bw})
         del rows

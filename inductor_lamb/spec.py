@@ -323,23 +323,10 @@ def _spec(name: str) -> OpSpec:
 
 
 # ---- the ops ---------------------------------------------------------------------------
-# A layer-wise step needs per-tensor reductions (norms, amaxes) between its two
-# passes. Its *reduce* op does pass 1 and returns them as one float32 [n, k]
-# tensor (column j: ``reductions[j]``); its *apply* op takes them, after the
-# caller may have combined the partials of each tensor's shards across ranks
-# (``combine``: sum or max), and does pass 2. Both take the one-call op's
-# arguments (apply: plus ``reductions`` after the tensor lists), so they check
-# the same things; the one-call op is exactly reduce then apply, bit for bit.
-#
-# Protocol of a sharded step (each rank holds shards of the same tensors):
-#   1. with global grad clipping only: the sum of squares of the local grads,
-#      combined (sum) across ranks, gives the clip factor; fold it into
-#      grad_scale and pass max_grad_norm=0 (the clip must be known before pass 1
-#      writes the moments, so it cannot ride on the reduce op's collective);
-#   2. r = <op>_reduce(...): local partials;
-#   3. combine r across the ranks sharding each tensor (one collective);
-#   4. <op>_apply_(..., r, ...).
-# At most 2 collectives per step, 1 without clipping; no host sync.
+# A layer-wise op also comes as a *reduce* op (pass 1, the per-tensor partials as one float32
+# [n, k] tensor, column j: ``reductions[j]``) and an *apply* op (pass 2 from them), taking the
+# one-call op's arguments (apply: plus ``reductions``); the sharded protocol is in
+# docs/design.md, "Two-phase form and sharding".
 
 SPECS: dict[str, OpSpec] = {}
 for _step in _SUMMARIES:

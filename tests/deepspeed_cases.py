@@ -173,6 +173,7 @@ def features(rank: int, world: int, opt_names: list[str]) -> None:
         _check(name, 2, "offloaded", zero={"offload_optimizer": {"device": "cpu"}}, zero_force_ds_cpu_optimizer=False)
         _check(name, 3, "offloaded", zero={"offload_optimizer": {"device": "cpu"}}, zero_force_ds_cpu_optimizer=False)
         _check(name, 2, "bf16", rtol=1e-5, dtype=torch.bfloat16, bf16={"enabled": True})
+        _check(name, 1, "bf16", rtol=1e-5, dtype=torch.bfloat16, bf16={"enabled": True})  # (DeepSpeed's BF16_Optimizer)
 
 
 def checkpoint(rank: int, world: int, opt_names: list[str], stages: list[int], path: str) -> None:

@@ -87,7 +87,8 @@ class Pieces:
         else:
             size = dist.get_world_size(self.group)
             gathered = table.new_empty(size * table.shape[0], table.shape[1])
-            dist.all_gather_into_tensor(gathered, table, group=self.group)
+            # (all_gather_into_tensor's new name; older torch has only the old one)
+            (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(gathered, table, group=self.group)
             gathered = gathered.view(size, *table.shape)
             table = torch.stack([gathered[:, :, j].sum(0) if c == "sum" else gathered[:, :, j].amax(0)
                                  for j, c in enumerate(combines)], dim=1)
