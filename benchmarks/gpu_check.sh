@@ -52,8 +52,8 @@ summary() {  # our op's rows of every step table, and the GPT-2 table
 for half in "${halves[@]}"; do
   build
   if [ "$half" = 1 ]; then
-    # -n 4 (pytest-xdist, in the image): a crashing test loses its worker, not the run
-    $py -m pytest -q -n 4 --timeout 300 -p no:cacheprovider tests/test_cuda.py 2>&1 | grep -v "^DEBUG" > "$out/test_cuda.txt"
+    # -n 8 (pytest-xdist): a crashing test loses its worker, not the run
+    $py -m pytest -q -n 8 --timeout 300 -p no:cacheprovider tests/test_cuda.py 2>&1 | grep -v "^DEBUG" > "$out/test_cuda.txt"
     tests=${PIPESTATUS[0]}
     tail -40 "$out/test_cuda.txt"
     $py benchmarks/bench_step.py --device cuda --min-time 0.5 "${ref[@]}" --ops lamb lamb16 2>&1 | tee "$out/bench_step_cuda_1.txt"

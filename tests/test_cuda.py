@@ -97,6 +97,25 @@ def test_low_precision_with_master(case, dtype):
         assert torch.equal(p, m.to(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+def test_stochastic_rounding_matches_cpu_bits(case, dtype):
+    """bf16/fp16 params without master copies, rounded stochastically (the default): the
+    same bits as the CPU kernel, since both hash (seed, step, element) the same way. A
+    one-ulp float32 difference before rounding moves a rounding only when the random
+    threshold falls between the two values, so any mismatch is counted and shown."""
+    name, args, kwargs = op_args(case, dtype=dtype)
+    kwargs = {**{k: v for k, v in kwargs.items() if k != "master_params"}, "seed": 1234}
+    c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+    run(name, args, kwargs, LRS, "cpu")
+    run(name, c_args, c_kwargs, LRS, "cuda")
+    for j, (p, q) in enumerate(zip(c_args[0], args[0])):
+        p = p.cpu()
+        diff = (p.float() != q.float()).sum().item()
+        assert diff == 0, f"params[{j}] ({tuple(q.shape)}, {dtype}): {diff} of {q.numel()} elements differ"
+    assert_lists_close(c_args[2:], args[2:])
+
+
 def test_many_tensors_one_call_four_launches():
     """A LAMB step is four launches whatever the number of tensors: pass 1 (one
     block per chunk), the per-tensor reductions, the per-tensor coefficients and
