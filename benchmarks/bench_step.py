@@ -55,23 +55,23 @@ BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20,
 
 
 def make_state(shapes, seed=0, kind="lamb", device="cpu"):
-    """The op's list arguments for `kind`, random (never zeros)."""
-    if device != "cpu":
-        return [[t.to(device) for t in lst] for lst in make_state(shapes, seed, kind)]
-    g = torch.Generator().manual_seed(seed)
-    params = [torch.randn(s, generator=g) for s in shapes]
-    grads = [torch.randn(s, generator=g) for s in shapes]
-    steps = [torch.tensor(1.0) for _ in shapes]
+    """The op's list arguments for `kind`, random (never zeros), drawn on `device` (drawing a
+    BERT-large list on the CPU and copying it over took longer than timing it)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    randn = lambda s: torch.randn(s, generator=g, device=device)  # noqa: E731
+    rand = lambda s: torch.rand(s, generator=g, device=device)  # noqa: E731
+    params = [randn(s) for s in shapes]
+    grads = [randn(s) for s in shapes]
+    steps = [torch.tensor(1.0, device=device) for _ in shapes]
     if kind == "lamb":
-        return params, grads, [torch.randn(s, generator=g) * 0.1 for s in shapes], \
-            [torch.rand(s, generator=g) * 0.1 + 1e-3 for s in shapes], steps
+        return params, grads, [randn(s) * 0.1 for s in shapes], [rand(s) * 0.1 + 1e-3 for s in shapes], steps
     if kind == "lamb16":
-        return params, grads, [(torch.randn(s, generator=g) * 60).clamp(-448, 448).to(torch.float8_e4m3fn) for s in shapes], \
-            [(torch.rand(s, generator=g) * 5e4 + 1).to(torch.float8_e5m2) for s in shapes], \
-            [torch.tensor(1e-3) for _ in shapes], [torch.tensor(1e-6) for _ in shapes], steps
+        return params, grads, [(randn(s) * 60).clamp(-448, 448).to(torch.float8_e4m3fn) for s in shapes], \
+            [(rand(s) * 5e4 + 1).to(torch.float8_e5m2) for s in shapes], \
+            [torch.tensor(1e-3, device=device) for _ in shapes], [torch.tensor(1e-6, device=device) for _ in shapes], steps
     if kind == "lars":
-        return params, grads, [torch.randn(s, generator=g) * 0.01 for s in shapes]
-    return params, grads, [torch.rand(s, generator=g) + 0.1 for s in shapes], steps
+        return params, grads, [randn(s) * 0.01 for s in shapes]
+    return params, grads, [rand(s) + 0.1 for s in shapes], steps
 
 
 def torch_optimizer(cls, shapes, device="cpu", **kw):
@@ -260,16 +260,18 @@ def run_cuda(args) -> list[dict]:
             name, floor, cls, tkw = twins[kind]
             makers = [
                 ("inductor_lamb op", BYTES_PER_PARAM[kind], lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr=lr, **kw))),
-                ("plain torch reference (eager)", BYTES_PER_PARAM[kind],
-                 lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr=lr, **kw))),
             ]
-            if args.compiled_reference:
+            if args.peers:
+                makers.append(("plain torch reference (eager)", BYTES_PER_PARAM[kind],
+                               lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): REFERENCE[kind](*s, lr=lr, **kw))))
+            if args.compiled_reference and args.peers:
                 compiled_ref = torch.compile(REFERENCE[kind])
                 makers.append(("torch.compile(reference)", BYTES_PER_PARAM[kind],
                                lambda: (lambda s=make_state(shapes, kind=kind, device="cuda"): compiled_ref(*s, lr=lr, **kw))))
             makers.append((name, BYTES_PER_PARAM[floor],
                            (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))))
-            makers += peer_rows(kind, shapes, "cuda")
+            if args.peers:
+                makers += peer_rows(kind, shapes, "cuda")
             table = []
             for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
                 fn = make()
@@ -425,6 +427,8 @@ def main():
                     help="run our CPU kernels of this instruction set (default: the best this CPU has)")
     ap.add_argument("--no-compiled-reference", dest="compiled_reference", action="store_false",
                     help="leave out the torch.compile(reference) row (its compile takes minutes on large lists)")
+    ap.add_argument("--no-peers", dest="peers", action="store_false",
+                    help="--device cuda: our op and its torch twin only (no reference, timm or torchao rows)")
     ap.add_argument("--amp", action="store_true",
                     help="only the GradScaler table: unscale first (default) vs unscale_in_step=True")
     ap.add_argument("--rounding", action="store_true",

@@ -16,7 +16,8 @@ from .rounding import FP8_MAX, TENSORS, element_hash, stochastic_round, tensor_k
 from .spec import SPECS, Role
 
 __all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
-           "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode"]
+           "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode",
+           "fp8_decode"]
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
 
@@ -163,7 +164,15 @@ def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | No
     y = (x * inv).clamp(None if nonnegative else -hi, hi)
     if hashes is not None:
         y = stochastic_round(TENSORS, y.float(), hashes, dtype)
-    return y.to(dtype)
+    # Through float32, as the kernels round: Triton has no float64 <-> float8 conversion.
+    return y.float().to(dtype)
+
+
+def fp8_decode(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """Float8 codes ``x`` as ``dtype``, exactly (every float8 value is a float32, and a
+    bf16 / fp16 one). Through float32: Triton has no float8 -> float64 conversion, which a
+    compiled step of float64 params on CUDA would need."""
+    return x.float().to(dtype)
 
 
 def _lamb16_moments(a):
@@ -176,8 +185,8 @@ def _lamb16_moments(a):
         if a.grad_scale is not None:
             g = g * (1.0 / a.grad_scale)
         # beta * old scale is one float32 per tensor, as in the kernels.
-        m = m8.to(p.dtype) * (beta1 * sm).to(p.dtype) + (1.0 - beta1) * g
-        v = v8.to(p.dtype) * (beta2 * sv).to(p.dtype) + (1.0 - beta2) * (g * g)
+        m = fp8_decode(m8, p.dtype) * (beta1 * sm).to(p.dtype) + (1.0 - beta1) * g
+        v = fp8_decode(v8, p.dtype) * (beta2 * sv).to(p.dtype) + (1.0 - beta2) * (g * g)
         yield p, m, v, m / (v.sqrt() + a.eps) + a.weight_decay * p
 
 

@@ -101,9 +101,11 @@ def test_low_precision_with_master(case, dtype):
 @pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
 def test_stochastic_rounding_matches_cpu_bits(case, dtype):
     """bf16/fp16 params without master copies, rounded stochastically (the default): the
-    same bits as the CPU kernel, since both hash (seed, step, element) the same way. A
-    one-ulp float32 difference before rounding moves a rounding only when the random
-    threshold falls between the two values, so any mismatch is counted and shown."""
+    CPU kernel's bits, since both hash (seed, step, element) the same way. Where the float32
+    value before rounding differs by an ulp (LAMB's and LARS's norms are sums in another
+    order; nvcc contracts to FMA), a rounding moves only if its random threshold falls
+    between the two: on an H100, 1-3 of 40000 elements over three steps, each to the
+    neighbouring value. Anything more is a different rounding, not float32 noise."""
     name, args, kwargs = op_args(case, dtype=dtype)
     kwargs = {**{k: v for k, v in kwargs.items() if k != "master_params"}, "seed": 1234}
     c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
@@ -111,8 +113,12 @@ def test_stochastic_rounding_matches_cpu_bits(case, dtype):
     run(name, c_args, c_kwargs, LRS, "cuda")
     for j, (p, q) in enumerate(zip(c_args[0], args[0])):
         p = p.cpu()
-        diff = (p.float() != q.float()).sum().item()
-        assert diff == 0, f"params[{j}] ({tuple(q.shape)}, {dtype}): {diff} of {q.numel()} elements differ"
+        differ = p.view(torch.int16) != q.view(torch.int16)
+        apart = (p.view(torch.int16).int() - q.view(torch.int16).int()).abs()
+        assert (apart[differ] == 1).all() and (p.sign() == q.sign())[differ].all(), \
+            f"params[{j}] ({tuple(q.shape)}, {dtype}): elements differ by more than one {dtype} ulp"
+        assert differ.sum().item() <= max(1, q.numel() // 4000), \
+            f"params[{j}] ({tuple(q.shape)}, {dtype}): {differ.sum().item()} of {q.numel()} elements differ"
     assert_lists_close(c_args[2:], args[2:])
 
 
@@ -185,10 +191,23 @@ def test_opcheck_cuda():
                                   test_utils=utils)
 
 
+@pytest.mark.parametrize("path", ["auto", "lowering"])
 @pytest.mark.parametrize("cls,kw", [(Lamb, dict(lr=0.02, weight_decay=0.01)), (Lamb16, dict(lr=0.02, weight_decay=0.01)),
                                     (Lars, dict(lr=0.3, weight_decay=1e-3))])
-def test_compiled_training_step_on_cuda(cls, kw):
-    """The whole step compiled for CUDA: the lowering emits Triton; matches eager."""
+def test_compiled_training_step_on_cuda(cls, kw, path):
+    """The whole step compiled for CUDA matches eager: by default ("auto") the graph calls
+    the CUDA kernel (fewer launches than the lowering, _inductor/cost.py); the lowering
+    emits Triton for the step."""
+    inductor_lamb.set_compile_path(path)
+    torch._dynamo.reset()
+    try:
+        _compiled_training_step_on_cuda(cls, kw, path)
+    finally:
+        inductor_lamb.set_compile_path()
+        torch._dynamo.reset()
+
+
+def _compiled_training_step_on_cuda(cls, kw, path):
     model = make_step_model().cuda()
     twins = []
     for m in (model, copy.deepcopy(model)):
@@ -212,8 +231,9 @@ def test_compiled_training_step_on_cuda(cls, kw):
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         _, codes = run_and_get_code(torch.compile(train_step, fullgraph=True), model_c, opt_c, x, y)
     code = "\n".join(codes)
-    assert inductor_lamb.compile_path() == "auto"  # grads made in the graph: lowered
-    assert not lamb_calls(code) and "triton" in code, lamb_calls(code)
+    assert "triton" in code
+    calls = lamb_calls(code)
+    assert (len(calls) == 1) if path == "auto" else not calls, calls
 
 
 @pytest.mark.parametrize("path", ["auto", "lowering"])
@@ -297,7 +317,7 @@ def test_float64_optimizers_match_cpu(cls, compiled):
     grads = [[torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes] for _ in range(3)]
     runs = []
     for device in ("cpu", "cuda"):
-        params = [torch.nn.Parameter(t.to(device)) for t in start]
+        params = [torch.nn.Parameter(t.clone().to(device)) for t in start]  # (t.to("cpu") is t itself)
         opt = cls(params, lr=0.01)
         step = torch.compile(opt.step) if compiled and device == "cuda" else opt.step
         for gs in grads:
