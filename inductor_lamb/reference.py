@@ -171,8 +171,11 @@ def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | No
 def fp8_decode(x: Tensor, dtype: torch.dtype) -> Tensor:
     """Float8 codes ``x`` as ``dtype``, exactly (every float8 value is a float32, and a
     bf16 / fp16 one). Through float32: Triton has no float8 -> float64 conversion, which a
-    compiled step of float64 params on CUDA would need."""
-    return x.float().to(dtype)
+    compiled step of float64 params on CUDA would need. torch 2.11's Inductor folds
+    float8 -> float32 -> float64 back into one conversion; an (exact) negation on each
+    side of the second keeps them apart."""
+    y = x.float()
+    return -((-y).to(dtype)) if dtype == torch.float64 else y.to(dtype)
 
 
 def _lamb16_moments(a):

@@ -91,3 +91,31 @@ def test_generated_kernels_run_by_the_interpreter_match_the_reference(tmp_path) 
         assert "params" in r["max_rel_error"], r
         for name, error in r["max_rel_error"].items():
             assert error < 1e-5, (r["op"], name, error)
+
+
+FLOAT64_STEP = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import described_gpu as dg
+import inductor_lamb
+for name in sys.argv[2:]:
+    with dg.described_gpu(dg.GPUS["h100"], 1), dg.fake_mode():
+        params = [torch.nn.Parameter(torch.randn(s, dtype=torch.float64, device="cuda")) for s in [(33, 17), (), (7,)]]
+        opt = getattr(inductor_lamb, name)(params, lr=0.01)
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()  # (state first, as a training loop makes it)
+        out = dg.generate(opt.step)
+    assert out.kernels > 0 and not out.cubins_missing, (name, out.cubins_missing)
+    print(name, out.kernels)
+"""
+
+
+def test_float64_steps_compile_for_cuda() -> None:
+    """float64 params step through the reference math, which Inductor lowers to Triton:
+    LAMB16's float8 moments then convert to and from float64, which Triton does only
+    through float32 (on an H100, a direct conversion failed to compile)."""
+    done = subprocess.run([sys.executable, "-c", FLOAT64_STEP, str(ROOT / "benchmarks"), "Lamb16", "Lamb"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["Lamb16", "Lamb"], done.stdout
