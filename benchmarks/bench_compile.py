@@ -1,7 +1,7 @@
 """The optimizer step under torch.compile: our Inductor lowering against its fallbacks,
 our eager kernel, torch.compile of the plain-torch reference and of torch's Adam.
 
-    python benchmarks/bench_compile.py [--threads 2] [--ops lamb lars adagrad] [--params 20 100]
+    python -m benchmarks.bench_compile [--threads 2] [--ops lamb lars adagrad] [--params 20 100]
 
 For 20 and 100 mixed-shape params, at a cache-resident and a DRAM-sized total,
 each row is compiled (cold Inductor cache), timed and then dropped, next to a
@@ -23,11 +23,10 @@ import torch
 from torch._inductor.utils import fresh_cache, run_and_get_code
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import BYTES_PER_PARAM, KWARGS, OURS, REFERENCE, make_state  # noqa: E402
-from common import DEFAULT_THREADS, bench, machine_line, numel, stream_bandwidth  # noqa: E402
+from benchmarks.bench_step import BYTES_PER_PARAM, KWARGS, OURS, REFERENCE, make_state
+from benchmarks.common import DEFAULT_THREADS, bench, machine_line, numel, stream_bandwidth
 
-import inductor_lamb  # noqa: E402
+import inductor_lamb
 
 
 def mixed_shapes(n: int, total: int) -> list[tuple[int, ...]]:

@@ -1,7 +1,7 @@
 """Optimizer step under FSDP2 (2 ranks, gloo) vs unsharded (1 process) on the same
 total model, side by side in one run, plus the collectives a sharded step issues.
 
-    python benchmarks/bench_fsdp.py [--optimizers lamb lamb_clip lamb16 lars] [--dim 384 --layers 6]
+    python -m benchmarks.bench_fsdp [--optimizers lamb lamb_clip lamb16 lars] [--dim 384 --layers 6]
 
 Both sides use the same cores: the unsharded process runs with all ``--threads``,
 each of the 2 ranks with half. Per sharded step it counts the collectives the
@@ -23,11 +23,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(__file__))
-from train_fsdp import TinyGPT  # noqa: E402
+from examples.train_fsdp import TinyGPT
 
-import inductor_lamb  # noqa: E402
-from inductor_lamb.optim import _sharding  # noqa: E402
+import inductor_lamb
+from inductor_lamb.optim import _sharding
 
 OPTIMIZERS = {
     "lamb": lambda ps: inductor_lamb.Lamb(ps, lr=1e-3, weight_decay=0.01),
@@ -150,7 +149,7 @@ def main() -> None:
         mp.spawn(rank_main, args=(world, os.path.join(tmp, "store"), args, out), nprocs=world)
         rows = torch.load(out)
 
-    from common import machine_line
+    from benchmarks.common import machine_line
 
     print(machine_line(args.threads))
     print(f"TinyGPT dim {args.dim}, {args.layers} layers: {n_tensors} tensors, {n_params / 1e6:.2f}M params; "

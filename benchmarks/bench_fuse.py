@@ -1,6 +1,6 @@
 """fuse_optimizer(): step time of per-parameter optimizers, unfused vs fused.
 
-    python benchmarks/bench_fuse.py [--threads 2]
+    python -m benchmarks.bench_fuse [--threads 2]
 
 Workloads: ~200 BERT-like tensors (12-layer encoders) at hidden 64 (0.7M params,
 per-call overhead dominates) and at hidden 256 (10M params, memory traffic
@@ -16,12 +16,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel  # noqa: E402
-from test_fuse import BertAdam  # noqa: E402  (the BertAdam-style optimizer of the tests)
+from benchmarks.common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel
+from tests.test_fuse import BertAdam  # (the BertAdam-style optimizer of the tests)
 
-from inductor_lamb import fuse_optimizer  # noqa: E402
+from inductor_lamb import fuse_optimizer
 
 OPTIMIZERS = {
     "BertAdam-style (per-parameter Python)": lambda ps: BertAdam(ps, lr=1e-4),

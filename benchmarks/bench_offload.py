@@ -4,7 +4,7 @@ flat float32 partition, in GB/s against each method's bytes per param, with the 
 bandwidth of the same run (``a += s*b``, the access pattern of an optimizer step).
 
     DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8 torch==<your torch>
-    python benchmarks/bench_offload.py [--threads 2] [--hidden 576] [--layers 6]
+    python -m benchmarks.bench_offload [--threads 2] [--hidden 576] [--layers 6]
 
 Each row is a real DeepSpeed engine (ZeRO stage 2, ``offload_optimizer: {device: cpu}``) on
 one rank, its model the BERT-like tensor list of ``common.bert_like_shapes``; what is timed
@@ -27,10 +27,9 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth  # noqa: E402
+from benchmarks.common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth
 
-import inductor_lamb  # noqa: E402
+import inductor_lamb
 
 # Bytes one step moves per param (float32): reads and writes of params, grads and state.
 ROWS = [

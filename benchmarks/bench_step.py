@@ -1,8 +1,8 @@
 """Optimizer step time: our ops against plain torch and torch's fused twins (CPU or CUDA).
 
-    python benchmarks/bench_step.py [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
+    python -m benchmarks.bench_step [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
-    python benchmarks/bench_step.py --amp [--ops ...] | --sparse | --checks | --rounding
+    python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -40,12 +40,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth,  # noqa: E402
+from benchmarks.common import (DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth,
                     timm_lamb_class, torchao_low_bit)
 
-import inductor_lamb  # noqa: E402
-from inductor_lamb import reference  # noqa: E402
+import inductor_lamb
+from inductor_lamb import reference
 
 # Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
 # torchao's low-bit AdamWs: p and g (12) plus two 1-byte (8-bit, FP8) or half-byte (4-bit)
@@ -239,7 +238,7 @@ def run_rounding(args) -> None:
 
 def run_cuda(args) -> list[dict]:
     """The CUDA tables: every row built, timed and freed in turn (BERT-large state is GBs)."""
-    from common import bench_cuda, cuda_copy_bandwidth
+    from benchmarks.common import bench_cuda, cuda_copy_bandwidth
     from torch.profiler import ProfilerActivity, profile
 
     large = bert_like_shapes(hidden=1024, ffn=4096, layers=24, vocab=30522)

@@ -3,8 +3,8 @@ one graph, with the optimizer step on each compile path (the default "auto", whi
 lowers it here since the graph computes the grads; always lowered into Inductor IR;
 an external call to our kernel), against the same step run eagerly.
 
-    python benchmarks/bench_train_step.py [--opt lamb lamb16] [--blocks 8] [--hidden 512] [--threads 2]
-    python benchmarks/bench_train_step.py --model gpt2 --device cuda [--layers 12] [--width 768]
+    python -m benchmarks.bench_train_step [--opt lamb lamb16] [--blocks 8] [--hidden 512] [--threads 2]
+    python -m benchmarks.bench_train_step --model gpt2 --device cuda [--layers 12] [--width 768]
 
 The default model is a stack of pre-LayerNorm MLP blocks with BERT-like widths (4x
 FFN), so the step has many tensors of mixed sizes. ``--model gpt2``: GPT-2's
@@ -30,10 +30,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_THREADS, bench, machine_line  # noqa: E402
+from benchmarks.common import DEFAULT_THREADS, bench, machine_line
 
-import inductor_lamb  # noqa: E402
+import inductor_lamb
 
 OPTIMIZERS = {"lamb": (inductor_lamb.Lamb, "lamb_step_"), "lamb16": (inductor_lamb.Lamb16, "lamb16_step_")}
 
@@ -138,7 +137,7 @@ def launches(fn) -> int:
 
 def run_gpt2(args) -> None:
     """The GPT-2 table: each recipe on a fresh model and optimizer, one process."""
-    from common import bench_cuda
+    from benchmarks.common import bench_cuda
 
     device = torch.device(args.device)
     timer = bench_cuda if device.type == "cuda" else bench

@@ -1,7 +1,7 @@
 """Step time of our four ops in two builds of the package, side by side (a kernel
 refactor's "no speed regression" check).
 
-    python benchmarks/compare_builds.py --before /path/to/old/checkout --after . [--rounds 3]
+    python -m benchmarks.compare_builds --before /path/to/old/checkout --after . [--rounds 3]
         [--workloads "68 x 4096" "1000 x 4096"]   # some rows only, more rounds in the same time
 
 Each build is a source tree with its extension built in place (``python setup.py
@@ -22,19 +22,21 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from benchmarks.common import machine_line
+
+ROOT = Path(__file__).resolve().parent.parent
 OPS = ("lamb", "lamb16", "lars", "adagrad")
 WORKLOADS = ("1024x1024", "68 x 4096", "1000 x 4096", "BERT-like", "opt.step 200x64", "opt.step MNIST CNN")
 
-# Run in a child process with PYTHONPATH=<build>: times every op, prints JSON.
+# Run in a child process with PYTHONPATH=<build>:<this checkout>: times every op, prints JSON.
 CHILD = r"""
 import json, sys
 import torch
-sys.path.insert(0, {bench_dir!r})
-from bench_step import make_state
-from common import bench, bert_like_shapes
+from benchmarks.bench_step import make_state
+from benchmarks.common import bench, bert_like_shapes
 import inductor_lamb
 assert inductor_lamb.__file__.startswith({tree!r}), f"imported {{inductor_lamb.__file__}}, not the build in {tree!r}"
 torch.set_num_threads({threads})
@@ -75,21 +77,26 @@ print(json.dumps(out))
 """
 
 
+def child_env(tree: str) -> dict[str, str]:
+    """The build in ``tree`` first on the path, then this checkout's benchmark helpers (the child
+    runs in an empty folder: `python -c` puts the working directory first, where a checkout would
+    shadow both; the child checks which build it imported)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([tree, str(ROOT)]))
+
+
 def run_build(tree: str, cap: str, args) -> dict[str, float]:
     tree = str(Path(tree).resolve())
-    code = CHILD.format(bench_dir=str(HERE), tree=tree, threads=args.threads, cap=cap, ops=list(args.ops),
+    code = CHILD.format(tree=tree, threads=args.threads, cap=cap, ops=list(args.ops),
                         workloads=list(args.workloads), min_time=args.min_time)
-    env = dict(os.environ, PYTHONPATH=tree)
-    # run in the tree: `python -c` puts the working directory first on sys.path, so
-    # from anywhere else a checkout there would shadow PYTHONPATH (the child checks)
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(tree), cwd=tempfile.gettempdir(), check=True,
+                         capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before", required=True, help="source tree of the baseline build")
-    ap.add_argument("--after", default=str(HERE.parent), help="source tree of the new build")
+    ap.add_argument("--after", default=str(ROOT), help="source tree of the new build")
     ap.add_argument("--capabilities", nargs="+", default=["default", "avx2", "avx512"])
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
@@ -98,15 +105,12 @@ def main():
     ap.add_argument("--min-time", type=float, default=0.5)
     args = ap.parse_args()
 
-    sys.path[:0] = [str(HERE), str(Path(args.after).resolve())]
-    from common import machine_line  # noqa: E402  (imports the "after" build, for the machine line)
-
     caps = []
     for cap in args.capabilities:  # only what this CPU supports
         probe = ("import inductor_lamb, sys; c = sys.argv[1]; "
                  "print(['default', 'avx2', 'avx512'].index(c) <= __import__('torch').ops.lamb._max_cpu_capability())")
         after = str(Path(args.after).resolve())
-        ok = subprocess.run([sys.executable, "-c", probe, cap], env=dict(os.environ, PYTHONPATH=after), cwd=after,
+        ok = subprocess.run([sys.executable, "-c", probe, cap], env=child_env(after), cwd=tempfile.gettempdir(),
                             capture_output=True, text=True).stdout.strip()
         if ok == "True":
             caps.append(cap)

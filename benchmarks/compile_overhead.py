@@ -2,7 +2,7 @@
 same kernel called from compiled code (the per-call cost of dynamo's guards and
 the wrapper) vs the Inductor lowering, at 1 and 2 threads.
 
-    python benchmarks/compile_overhead.py [--params 100] [--total 400000] [--threads 1 2]
+    python -m benchmarks.compile_overhead [--params 100] [--total 400000] [--threads 1 2]
                                           [--opt-params 256 512]
 
 Rows come from one process; each thread count recompiles (Inductor bakes the
@@ -21,12 +21,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_compile import mixed_shapes, step_fn  # noqa: E402
-from bench_step import make_state  # noqa: E402
-from common import bench, machine_line  # noqa: E402
+from benchmarks.bench_compile import mixed_shapes, step_fn
+from benchmarks.bench_step import make_state
+from benchmarks.common import bench, machine_line
 
-import inductor_lamb  # noqa: E402
+import inductor_lamb
 
 
 def compiled(path: str, fn):

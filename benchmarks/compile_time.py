@@ -1,7 +1,7 @@
 """Compile time of a compiled optimizer step against the number of parameter tensors,
 cold and warm, split by compiler stage.
 
-    python benchmarks/compile_time.py [--tensors 32 64 128 256] [--methods lamb lamb-lowering lamb-external adamw]
+    python -m benchmarks.compile_time [--tensors 32 64 128 256] [--methods lamb lamb-lowering lamb-external adamw]
                                       [--threads 2] [--plot benchmarks/compile_time.png]
 
 Each (method, N) compiles ``torch.compile(opt.step)`` in a fresh process with an
@@ -34,15 +34,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from benchmarks.common import machine_line
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Runs in a child process: one cold or warm compile, prints JSON.
 CHILD = r"""
 import json, sys, time
 import torch
-sys.path.insert(0, {bench_dir!r})
-from common import bert_like_shapes
+from benchmarks.common import bert_like_shapes
 import inductor_lamb
 from inductor_lamb.optim import Lamb
 from torch._dynamo.utils import compilation_time_metrics as metrics
@@ -86,7 +86,7 @@ STAGES = ("dynamo", "aot", "post_grad", "lowering", "scheduling", "codegen", "cx
 
 
 def run_child(method: str, n: int, cache_dir: str, threads: int) -> dict:
-    code = CHILD.format(bench_dir=str(HERE), threads=threads, method=method, n=n)
+    code = CHILD.format(threads=threads, method=method, n=n)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT), check=True, capture_output=True,
                          text=True)
@@ -133,9 +133,6 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="PNG path")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
-
-    sys.path[:0] = [str(HERE), str(ROOT)]
-    from common import machine_line
 
     print(f"# {machine_line(args.threads)}")
     results = []

@@ -8,7 +8,17 @@ schemas: a static reader of the sources would show neither.
 
 from __future__ import annotations
 
-import inductor_lamb
+import sys
+from pathlib import Path
+
+# `python -m sphinx` puts the working directory first on sys.path: run from the checkout's root,
+# that is the source tree, which holds the compiled module only after an editable install. With
+# none there, the checkout leaves the path, so the installed package is documented (pip install .).
+_ROOT = Path(__file__).resolve().parent.parent
+if not any((_ROOT / "inductor_lamb").glob("_C*.so")):
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
+
+import inductor_lamb  # noqa: E402
 
 project = "inductor_lamb"
 author = "the inductor_lamb developers"

@@ -12,6 +12,7 @@ refused with an error that names both and the command that rebuilds.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -68,10 +69,25 @@ def mismatch(info: dict[str, str], installed: str, installed_cuda: str | None) -
     return None
 
 
+def _checkout() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _in_checkout() -> bool:
+    """Whether this package is the source tree of a checkout (setup.py beside it)."""
+    return (_checkout() / "setup.py").is_file() and (_checkout() / "csrc").is_dir()
+
+
 def load_extension() -> ModuleType:
     """Imports ``inductor_lamb._C`` (which registers ``torch.ops.lamb.*``), or raises an
     ImportError that says which torch it needs and how to rebuild it."""
     info = build_info()
+    if importlib.util.find_spec(f"{__package__}._C") is None and _in_checkout():
+        raise ImportError(f"inductor_lamb was imported from the source checkout at {_checkout()}, which has no "
+                          "compiled module: an editable install (`pip install --no-build-isolation -e .`) builds "
+                          "it there; to use a package installed with `pip install .`, run from outside the "
+                          "checkout's root (`python -m` and `python -c` put the working directory first on "
+                          "sys.path).")
     reason = mismatch(info, torch.__version__, torch.version.cuda)
     if reason is not None:
         raise ImportError(f"{reason}; {REBUILD}.")

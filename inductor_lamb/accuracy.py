@@ -1,7 +1,7 @@
 """How closely LAMB16's stored float8 moments track exact ones: a heavy-tailed
 gradient stream like a layer's, and the errors of the moments that
 ``lamb16_step_`` stores against a float64 EMA of the same gradients (no bias
-correction, as LAMB16). ``benchmarks/lamb16_accuracy.py`` reports them; the
+correction, as LAMB16). ``benchmarks/studies/lamb16_accuracy.py`` reports them; the
 tests check the stochastic rounding with them."""
 
 from __future__ import annotations

@@ -466,3 +466,25 @@ def test_no_warning_on_default_import_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert inductor_lamb.set_compile_path() == "auto"
+
+
+def test_compiled_training_step_warns_nothing_and_runs_the_step_hooks(monkeypatch):
+    """torch.optim wraps ``step`` in a profiler range, which Dynamo drops from a graph with a
+    warning ("Profiler record function ... will be ignored"); our step is traced without it,
+    and its step hooks still run."""
+    import torch._dynamo.variables.ctx_manager as ctx_manager
+
+    warned = []
+    monkeypatch.setattr(ctx_manager, "warning_once", lambda log, *args, **kwargs: warned.append(args))
+    model, opt, _ = twin_setups("Lamb")[0]
+    calls = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: calls.append("pre"))
+    opt.register_step_post_hook(lambda o, args, kwargs: calls.append("post"))
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(train_step, fullgraph=True)
+        for x, y in step_batches(2):
+            compiled(model, opt, x, y)
+    assert not warned
+    # (hooks are Python: traced into the graph, they run at trace time)
+    assert calls[:2] == ["pre", "post"] and len(calls) % 2 == 0

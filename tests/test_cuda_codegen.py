@@ -1,5 +1,5 @@
 """The compiled optimizer step on CUDA, generated and compiled without a GPU: Inductor's
-Triton code for a described H100 (``benchmarks/cuda_codegen.py``, in a process of its own:
+Triton code for a described H100 (``tools/cuda_codegen.py``, in a process of its own:
 its shims of torch and Triton are process-wide), every kernel compiled to an sm_90 cubin.
 
 Counts, not timings: the default path's launches per step against torch's compiled AdamW on
@@ -32,7 +32,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """Each kernel compiled for its first autotuning config (the CI's time; the benchmark's
     default compiles them all)."""
     out = tmp_path_factory.mktemp("codegen") / "rows.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_codegen.py"), "--n", *map(str, NS),
+    subprocess.run([sys.executable, "-m", "tools.cuda_codegen", "--n", *map(str, NS),
                     "--opt", "AdamW", "Lamb", "Lamb16", "--paths", "auto", "lowering", "--configs", "1",
                     "--json", str(out)],
                    check=True, timeout=1500, cwd=ROOT)
@@ -83,7 +83,7 @@ def test_generated_kernels_run_by_the_interpreter_match_the_reference(tmp_path) 
     reference's params and state to float32 rounding."""
     out = tmp_path / "interpret.json"
     ops = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_codegen.py"), "--interpret", *ops,
+    subprocess.run([sys.executable, "-m", "tools.cuda_codegen", "--interpret", *ops,
                     "--json", str(out)], check=True, timeout=900, cwd=ROOT)
     rows = json.loads(out.read_text())
     assert [r["op"] for r in rows] == ops
@@ -95,10 +95,9 @@ def test_generated_kernels_run_by_the_interpreter_match_the_reference(tmp_path) 
 
 FLOAT64_STEP = """
 import sys, torch
-sys.path.insert(0, sys.argv[1])
-import described_gpu as dg
+import tools.described_gpu as dg
 import inductor_lamb
-for name in sys.argv[2:]:
+for name in sys.argv[1:]:
     with dg.described_gpu(dg.GPUS["h100"], 1), dg.fake_mode():
         params = [torch.nn.Parameter(torch.randn(s, dtype=torch.float64, device="cuda")) for s in [(33, 17), (), (7,)]]
         opt = getattr(inductor_lamb, name)(params, lr=0.01)
@@ -115,7 +114,7 @@ def test_float64_steps_compile_for_cuda() -> None:
     """float64 params step through the reference math, which Inductor lowers to Triton:
     LAMB16's float8 moments then convert to and from float64, which Triton does only
     through float32 (on an H100, a direct conversion failed to compile)."""
-    done = subprocess.run([sys.executable, "-c", FLOAT64_STEP, str(ROOT / "benchmarks"), "Lamb16", "Lamb"],
+    done = subprocess.run([sys.executable, "-c", FLOAT64_STEP, "Lamb16", "Lamb"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [line.split()[0] for line in done.stdout.splitlines()] == ["Lamb16", "Lamb"], done.stdout

@@ -59,3 +59,25 @@ def test_ci_runs_the_test_command_of_the_readme_verbatim():
     readme, ci = (root / "README.md").read_text(), (root / ".ci" / "run").read_text()
     command = re.search(r"Install and run the tests.*?```bash\n(.*?)```", readme, re.S).group(1).strip()
     assert "hypothesis" in command and command in ci
+
+
+def test_a_checkout_without_its_compiled_module_says_so(tmp_path):
+    """The source tree of a checkout imported where the package was installed with `pip install .`
+    (no module built in the tree; `python -m` from the checkout's root puts the tree first):
+    an error that says why and what to do, not a partially initialized module."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "inductor_lamb", tmp_path / "inductor_lamb", ignore=shutil.ignore_patterns("_C*", "__pycache__"))
+    (tmp_path / "csrc").mkdir()
+    shutil.copy(root / "setup.py", tmp_path / "setup.py")
+    # -S: no site initialization, so no editable install's import hook (its .pth) finds the real module
+    torch_site = str(Path(torch.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-S", "-c", "import inductor_lamb"], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PYTHONPATH": torch_site, "PATH": os.environ.get("PATH", "")})
+    assert done.returncode != 0
+    assert (f"inductor_lamb was imported from the source checkout at {tmp_path.resolve()}, which has no compiled "
+            "module: an editable install") in done.stderr, done.stderr[-2000:]

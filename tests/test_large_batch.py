@@ -1,4 +1,4 @@
-"""benchmarks/large_batch.py --quick runs end to end and writes its JSON (no timing
+"""benchmarks/studies/large_batch.py --quick runs end to end and writes its JSON (no timing
 or accuracy is asserted: the study itself is not part of the test suite), and the
 helpers it measures memory with (inductor_lamb.memory) count what torchao quantizes."""
 
@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("workers", [1, 2])  # in this process; in a pool of worker processes
 def test_quick_run_writes_its_json(tmp_path, workers):
     out = tmp_path / "large_batch.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "large_batch.py"), "--quick", "--optimizers", "AdamW",
+    subprocess.run([sys.executable, "-m", "benchmarks.studies.large_batch", "--quick", "--optimizers", "AdamW",
                     "Lamb16", "Lars", "--workers", str(workers), "--threads", "1", "--json", str(out),
                     "--plot", str(tmp_path / "large_batch.png")],
-                   check=True, timeout=300, capture_output=True)
+                   check=True, timeout=300, capture_output=True, cwd=ROOT)
     result = json.loads(out.read_text())
     assert result["optimizers"] == ["AdamW", "Lamb16", "Lars"]
     for task, (small, ref) in (("mnist", (64, 256)), ("lm", (8, 32))):  # --quick's batches

@@ -3,7 +3,7 @@ each path's time.
 
 A step's time is modelled as ``launches * LAUNCH_US + bytes / bandwidth``. Both paths move
 about the op's floor bytes (the CUDA engine exactly; the lowering's kernels, by Inductor's own
-count, within its floor on the BERT-like lists of ``benchmarks/cuda_codegen.py``), so the
+count, within its floor on the BERT-like lists of ``tools/cuda_codegen.py``), so the
 bytes cancel and the launches decide. Their counts:
 
 - **the CUDA engine** launches a fixed number of kernels per call whatever the tensor count
@@ -15,7 +15,7 @@ bytes cancel and the launches decide. Their counts:
   tensor that Inductor reduces in two stages (a split reduction: above 8192 elements on
   H100) costs one more kernel per reduction (:data:`FINALS`).
 
-:func:`lowering_launches` is a lower bound, from what ``benchmarks/cuda_codegen.py`` generates
+:func:`lowering_launches` is a lower bound, from what ``tools/cuda_codegen.py`` generates
 for an H100 (RESULTS.md, "CUDA code generation"); ``tests/test_cuda_codegen.py`` checks it
 against generated code.
 With these counts the engine wins every layer-wise call, and ties an Adagrad call, which it

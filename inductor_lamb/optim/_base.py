@@ -7,12 +7,14 @@ dicts and checkpoint compatibility in ``_checkpoint``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
+from torch.optim import Optimizer, optimizer as _torch_optimizer
 
 from .. import ops
 from ..spec import OpSpec, Role
@@ -232,6 +234,33 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
                     p.grad.zero_()
 
     # ---- step ----------------------------------------------------------------------
+
+    @staticmethod
+    def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
+        """torch.optim's wrapper of ``step`` (step hooks inside a profiler range), except in a
+        compiled graph: Dynamo drops a profiler range there with a warning on the first compile
+        ("Profiler record function ... will be ignored"), which every compiled training step
+        would print; traced, the hooks run without the range (a profiler still sees the
+        compiled graph's own)."""
+        hooked = Optimizer.profile_hook_step(func)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not torch.compiler.is_compiling():
+                return hooked(*args, **kwargs)
+            self = args[0]
+            for pre_hook in chain(_torch_optimizer._global_optimizer_pre_hooks.values(),
+                                  self._optimizer_step_pre_hooks.values()):
+                result = pre_hook(self, args, kwargs)
+                if result is not None:
+                    args, kwargs = result
+            out = func(*args, **kwargs)
+            for post_hook in chain(self._optimizer_step_post_hooks.values(),
+                                   _torch_optimizer._global_optimizer_post_hooks.values()):
+                post_hook(self, args, kwargs)
+            return out
+
+        return wrapper
 
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
         """grad_scale / found_inf set by torch.amp.GradScaler for this step, on ``device``."""

@@ -1,7 +1,7 @@
 """Convergence evidence for LAMB16: Adam vs LAMB vs LAMB16 on MNIST.
 
-    python benchmarks/convergence.py [--configs large small] [--threads 2] \
-        [--plot benchmarks/convergence.png] [--json benchmarks/convergence.json]
+    python -m benchmarks.studies.convergence [--configs large small] [--threads 2] \
+        [--plot benchmarks/studies/convergence.png] [--json benchmarks/studies/convergence.json]
 
 The 2-layer CNN of the LAMB16 write-up (pytorch-lamb's MNIST example: two 5x5
 convolutions with 20 and 50 channels, max-pooling, a 500-unit hidden layer), no
@@ -29,8 +29,7 @@ from torch import nn
 from tqdm import tqdm
 
 import inductor_lamb
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_mnist import load_mnist  # noqa: E402
+from examples.train_mnist import load_mnist
 
 HERE = Path(__file__).resolve().parent
 

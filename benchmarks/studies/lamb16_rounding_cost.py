@@ -1,7 +1,7 @@
 """Cost of LAMB16's stochastic rounding: LAMB vs LAMB16 rounding to nearest vs LAMB16
 rounding stochastically, eager kernels, same sizes, timed interleaved in one process (medians).
 
-    PYTHONPATH=. python benchmarks/lamb16_rounding_cost.py avx2 default
+    PYTHONPATH=. python -m benchmarks.studies.lamb16_rounding_cost avx2 default
 """
 import torch, time, statistics, sys
 import inductor_lamb

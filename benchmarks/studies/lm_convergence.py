@@ -1,8 +1,8 @@
 """Language-model evidence for LAMB16: AdamW vs LAMB vs LAMB16 on a small GPT-2.
 
     pip install transformers  # needs no torch of its own
-    python benchmarks/lm_convergence.py [--steps 500] [--seeds 0] [--threads 2] \
-        [--plot benchmarks/lm_convergence.png] [--json benchmarks/lm_convergence.json]
+    python -m benchmarks.studies.lm_convergence [--steps 500] [--seeds 0] [--threads 2] \
+        [--plot benchmarks/studies/lm_convergence.png] [--json benchmarks/studies/lm_convergence.json]
 
 Model: ``transformers.GPT2LMHeadModel`` built from a config (4 layers, width 128, 4 heads,
 context 128, byte-level vocabulary of 256; about 0.84M parameters, no download). Text:

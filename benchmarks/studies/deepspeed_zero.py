@@ -4,17 +4,11 @@ they were tensors (one trust ratio per partition, what a LAMB unaware of ZeRO co
 
     pip install transformers tqdm matplotlib && \\
         DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8 torch==<your torch>
-    python benchmarks/train_deepspeed.py [--world 2] [--stage 3] [--steps 300] \\
-        [--plot benchmarks/train_deepspeed.png] [--json benchmarks/train_deepspeed.json]
-    torchrun --nproc-per-node 2 benchmarks/train_deepspeed.py --device cuda   # on GPUs (NCCL)
+    python -m benchmarks.studies.deepspeed_zero [--world 2] [--stage 3] [--steps 300] \\
+        [--plot benchmarks/studies/deepspeed_zero.png] [--json benchmarks/studies/deepspeed_zero.json]
+    torchrun --nproc-per-node 2 -m benchmarks.studies.deepspeed_zero --device cuda   # on GPUs (NCCL)
 
-Recipe: build the optimizer on the model's params as usual and hand it to DeepSpeed;
-``zero_allow_untested_optimizer`` is the only setting it needs::
-
-    opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2, weight_decay=0.01)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=opt,
-                                      config={..., "zero_optimization": {"stage": 3},
-                                              "zero_allow_untested_optimizer": True})
+The recipe, to read first: ``examples/train_deepspeed.py``.
 
 Model and text: ``lm_convergence.py``'s GPT-2 (4 layers, width 128, byte vocabulary; from a
 config, no download) on CPython's bundled documentation. Every rank takes its share of each
@@ -39,10 +33,9 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import lm_convergence as lm  # noqa: E402
+import benchmarks.studies.lm_convergence as lm
 
-import inductor_lamb  # noqa: E402
+import inductor_lamb
 
 LR = 1e-2
 

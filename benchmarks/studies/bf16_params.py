@@ -1,8 +1,8 @@
 """bfloat16 params without float32 master copies: what stochastic rounding keeps, side by side.
 
     pip install transformers && pip install --no-deps torchao   # (torchao: its row only)
-    python benchmarks/bf16_params.py [--steps 500] [--seeds 0 1 2] [--lr-scale 1] [--recipes ...] \
-        [--threads 2] [--json benchmarks/bf16_params.json] [--plot benchmarks/bf16_params.png]
+    python -m benchmarks.studies.bf16_params [--steps 500] [--seeds 0 1 2] [--lr-scale 1] [--recipes ...] \
+        [--threads 2] [--json benchmarks/studies/bf16_params.json] [--plot benchmarks/studies/bf16_params.png]
 
 The small GPT-2 of lm_convergence.py (same model, text, batches, schedule, clipping and seed), with
 its params in bfloat16, trained by each recipe:
@@ -41,12 +41,11 @@ from torch import nn
 from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from common import machine_line, torchao_low_bit  # noqa: E402
-from lm_convergence import BATCH, CLIP, MODEL, batch_at, evaluate, load_text, lr_factor, make_model, param_groups  # noqa: E402
+from benchmarks.common import machine_line, torchao_low_bit
+from benchmarks.studies.lm_convergence import BATCH, CLIP, MODEL, batch_at, evaluate, load_text, lr_factor, make_model, param_groups
 
-import inductor_lamb  # noqa: E402
-from inductor_lamb.memory import state_bytes_per_param, torchao_block_size  # noqa: E402
+import inductor_lamb
+from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
 
 LR = {"AdamW": 3e-3, "Lamb": 3e-2, "Lamb16": 1e-2}
 

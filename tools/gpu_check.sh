@@ -3,13 +3,13 @@
 # internet needed), in two halves, the first the one to run when time is short; outputs under
 # $OUT (or /tmp):
 #
-#   bash benchmarks/gpu_check.sh 1   # build, tests/test_cuda.py, the four ops' step tables
+#   bash tools/gpu_check.sh 1        # build, tests/test_cuda.py, the four ops' step tables
 #                                    # against their torch twins (about 6 minutes on an H100:
 #                                    # build 41 s, tests 110 s)
-#   bash benchmarks/gpu_check.sh 2   # build (kept when the machine is still warm), the GPT-2
+#   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), the GPT-2
 #                                    # training step, FSDP2 + Lamb on NCCL (world size 1) against
 #                                    # CPU/gloo, the step tables' peers (reference, timm, torchao)
-#   bash benchmarks/gpu_check.sh 1 2 # both, one after the other
+#   bash tools/gpu_check.sh 1 2      # both, one after the other
 #
 # Step tables: a BERT-large-like list and 1000 small tensors, GB/s at each method's
 # bytes/param floor against a device copy measured in the same run, launches per step,
@@ -59,19 +59,19 @@ for half in "${halves[@]}"; do
     $py -m pytest -q -n 8 --timeout 300 -p no:cacheprovider tests/test_cuda.py 2>&1 | grep -v "^DEBUG" > "$out/test_cuda.txt"
     tests=${PIPESTATUS[0]}
     tail -40 "$out/test_cuda.txt"
-    $py benchmarks/bench_step.py --device cuda --min-time 0.3 --no-peers --ops lamb lars adagrad lamb16 2>&1 \
+    $py -m benchmarks.bench_step --device cuda --min-time 0.3 --no-peers --ops lamb lars adagrad lamb16 2>&1 \
       | tee "$out/bench_step_cuda_1.txt"
   elif [ "$half" = 2 ]; then
-    $py benchmarks/bench_train_step.py --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
+    $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
       | tee "$out/train_step_gpt2.txt"
     # FSDP2 + Lamb on NCCL at world size 1, eager and compiled, and the same run on CPU/gloo
     for args in "" "--compile"; do
-      $py -m torch.distributed.run --nproc_per_node 1 benchmarks/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
+      $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
         | tee -a "$out/train_fsdp_nccl.txt"
-      CUDA_VISIBLE_DEVICES= $py -m torch.distributed.run --nproc_per_node 1 benchmarks/train_fsdp.py --steps 30 $args \
+      CUDA_VISIBLE_DEVICES= $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args \
         2>&1 | tail -3 | tee -a "$out/train_fsdp_gloo.txt"
     done
-    $py benchmarks/bench_step.py --device cuda --min-time 0.5 "${ref[@]}" 2>&1 | tee "$out/bench_step_cuda_2.txt"
+    $py -m benchmarks.bench_step --device cuda --min-time 0.5 "${ref[@]}" 2>&1 | tee "$out/bench_step_cuda_2.txt"
   else
     echo "unknown half '$half' (1 or 2)"; exit 2
   fi

@@ -8,7 +8,7 @@ of the same gradients (no bias correction, as LAMB16): relative L2 error of m
 and v, and the relative error of the sum of v (drift). Several stream seeds per
 size, since the heavy tails make every statistic noisy.
 
-    PYTHONPATH=. python benchmarks/lamb16_accuracy.py [--steps 300] [--seeds 5] [--plot]
+    PYTHONPATH=. python -m benchmarks.studies.lamb16_accuracy [--steps 300] [--seeds 5] [--plot]
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ without one: Inductor's Triton kernels for a described GPU (H100 by default), ea
 to a cubin, counted per step (kernels, launches, external calls, the bytes each launch moves
 by Inductor's count) with the compile time, beside torch's compiled AdamW on the same tensors.
 
-    python benchmarks/cuda_codegen.py                       # every optimizer and path, N = 10 100 1000
-    python benchmarks/cuda_codegen.py --n 10 100 --opt Lamb Lamb16 --paths lowering --json out.json
-    python benchmarks/cuda_codegen.py --workload train      # forward, backward and step in one graph
+    python -m tools.cuda_codegen                       # every optimizer and path, N = 10 100 1000
+    python -m tools.cuda_codegen --n 10 100 --opt Lamb Lamb16 --paths lowering --json out.json
+    python -m tools.cuda_codegen --workload train      # forward, backward and step in one graph
 
 Needs a CUDA build of torch with Triton (torch 2.14.1: ``pip install torch==2.14.1``), no GPU.
 This is generated code for a described GPU, not a GPU measurement: nothing here runs on a GPU.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
 # Launches of one call of each op's CUDA kernel (csrc/cuda/<op>.cu; LAMB: 2 more with global
 # grad clipping): an external call's kernels, which the generated code does not show.
 ENGINE_LAUNCHES = {"lamb_step_": 4, "lamb16_step_": 4, "lars_step_": 4, "adagrad_step_": 2}
@@ -68,9 +68,8 @@ def _make_optimizer(name: str, params: list) -> object:
 
 def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: int = 0) -> dict:
     """Generates and compiles one row's code; returns its counts (this process only)."""
-    sys.path.insert(0, str(HERE))
-    import described_gpu as dg
-    from common import bert_like_shapes
+    import tools.described_gpu as dg
+    from benchmarks.common import bert_like_shapes
 
     if workload == "step":
         with dg.described_gpu(dg.GPUS[gpu], configs), dg.fake_mode():
@@ -109,15 +108,14 @@ def _train_step(opt_name: str, gpu: str, configs: int = 0):
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.decomposition import select_decomp_table
 
-    import described_gpu as dg
+    import tools.described_gpu as dg
+    from benchmarks.bench_train_step import GPT2Like, causal_attention, lm_step
 
     graphs: list[tuple[torch.fx.GraphModule, list]] = []
 
     def capture(gm: torch.fx.GraphModule, inputs: list) -> object:
         graphs.append((gm, inputs))
         return gm.forward
-
-    from bench_train_step import GPT2Like, causal_attention, lm_step
 
     torch.manual_seed(0)  # a small GPT-2: 2 layers, width 128, 28 tensors; attention written out
     model = GPT2Like(layers=2, width=128, context=64, vocab=512, attention=causal_attention)
@@ -144,8 +142,7 @@ def interpret_op(op: str, gpu: str) -> dict:
     tensors (mixed shapes, a transposed param, 0-d and empty ones; three steps with a changing
     lr), against the float64 reference: the largest relative error of the params and the float32
     state. This process only (``TRITON_INTERPRET=1`` must be set before Triton is imported)."""
-    sys.path.insert(0, str(HERE))
-    import described_gpu as dg
+    import tools.described_gpu as dg
 
     import inductor_lamb
     from inductor_lamb import reference
@@ -193,8 +190,8 @@ def _run_child(args: list[str], timeout: float = 3600) -> dict:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton",
                "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         try:
-            proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
-                                  env=env, timeout=timeout)
+            proc = subprocess.run([sys.executable, "-m", "tools.cuda_codegen", "--child", *args], capture_output=True,
+                                  text=True, env=env, timeout=timeout, cwd=ROOT)
         except subprocess.TimeoutExpired:
             return {"error": [f"not done in {timeout} s"], "args": args}
     if proc.returncode != 0:
@@ -256,8 +253,6 @@ def main() -> None:
 
     from tqdm import tqdm
 
-    sys.path.insert(0, str(HERE))
-
     jobs = []
     for workload in args.workload:
         for n in (args.n if workload == "step" else [0]):
@@ -267,7 +262,9 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(tqdm(pool.map(lambda job: _run_child(job, args.timeout), jobs), total=len(jobs),
                          desc="generating", file=sys.stderr))
-    gpu = __import__("described_gpu").GPUS[args.gpu]
+    from tools.described_gpu import GPUS
+
+    gpu = GPUS[args.gpu]
     print(f"Generated and compiled for {gpu.name} (sm_{gpu.cc}); not run on a GPU.")
     print(table(rows))
     if args.json:

