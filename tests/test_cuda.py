@@ -122,25 +122,74 @@ def test_stochastic_rounding_matches_cpu_bits(case, dtype):
     assert_lists_close(c_args[2:], args[2:])
 
 
-def test_many_tensors_one_call_four_launches():
-    """A LAMB step is four launches whatever the number of tensors: pass 1 (one
-    block per chunk), the per-tensor reductions, the per-tensor coefficients and
-    pass 2."""
+def cuda_launches(fn) -> int:
+    """Kernels of ours that fn() launches (a warm-up call first uploads the tensor table)."""
     from torch.profiler import ProfilerActivity, profile
 
-    def lamb_launches(n):
-        shapes = [(i % 7 + 1, 33) if i % 5 else () for i in range(n)]
-        name, args, kwargs = op_args("lamb", shapes=shapes)
-        c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
-        run(name, c_args, c_kwargs, [0.01], "cuda")  # warm-up (uploads the tensor table)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run(name, c_args, c_kwargs, [0.01], "cuda")
-            torch.cuda.synchronize()
-        run(name, args, kwargs, [0.01, 0.01], "cpu")
-        assert_lists_close(c_args, args)
-        return sum(1 for e in prof.events() if "inductor_lamb" in e.name and e.device_type.name == "CUDA")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if "inductor_lamb" in e.name and e.device_type.name == "CUDA")
 
-    assert lamb_launches(10) == lamb_launches(2500) == 4
+
+@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
+def test_many_tensors_one_call_launches_what_the_module_counts(case):
+    """A step launches the same kernels whatever the number of tensors (a layer-wise op: pass 1,
+    the per-tensor totals and coefficients, pass 2; LAMB with clipping two more; Adagrad two):
+    what torch.ops.lamb._cuda_launches counts without a GPU, and what torch.compile's launch model
+    reads. A second param dtype in the same call adds one launch per chunk kernel."""
+    name, _, kw = op_args(case)
+    clipped = float(kw.get("max_grad_norm", 0.0)) > 0
+    counted = torch.ops.lamb._cuda_launches(name, clipped)
+    chunk_kernels = 1 if name == "adagrad_step_" else 2 + clipped
+    assert counted == (2 if name == "adagrad_step_" else 3) + 2 * clipped
+
+    def launches(n, mixed=False):
+        shapes = [(i % 7 + 1, 33) if i % 5 else () for i in range(n)]
+        _, args, kwargs = op_args(case, shapes=shapes)
+        if mixed:  # every other param (and its grad) in bfloat16
+            args[0] = [p.bfloat16() if i % 2 else p for i, p in enumerate(args[0])]
+            args[1] = [g.bfloat16() if i % 2 else g for i, g in enumerate(args[1])]
+        c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+        count = cuda_launches(lambda: run(name, c_args, c_kwargs, [0.01], "cuda"))
+        run(name, args, kwargs, [0.01, 0.01], "cpu")
+        if not mixed:
+            assert_lists_close(c_args, args, float8_state=name == "lamb16_step_")
+        return count
+
+    assert launches(10) == launches(2500) == counted
+    assert launches(10, mixed=True) == counted + chunk_kernels
+
+
+@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (1, 1, 1), (3, 3, 3), (1, 2, 3), (0, 5, 0)],
+                         ids=lambda o: "offsets-" + "-".join(map(str, o)))
+def test_views_at_any_offset_and_odd_sizes(case, offsets):
+    """Params, grads and state as views `offsets` elements into larger buffers (every other
+    tensor one element further): offsets that agree modulo 16 bytes give the vector path after a
+    scalar head, others the scalar path; sizes around the packs and the 16384-element chunks.
+    The CPU kernel's results in every layout."""
+    from inductor_lamb.spec import SPECS, Role
+
+    shapes = [(), (1,), (3,), (4,), (5,), (17,), (33, 17), (16383,), (16384,), (16385,), (40000,)]
+    name, args, kwargs = op_args(case, shapes=shapes)
+    c_args, c_kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
+    lists = [a for a in SPECS[name].args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)]
+    where = {Role.PARAMS: 0, Role.GRADS: 1, Role.STATE: 2}
+
+    def view(t, k):
+        buf = torch.empty(t.numel() + 32, dtype=t.dtype, device=t.device)
+        return buf[k:k + t.numel()].view(t.shape).copy_(t)
+
+    for j, a in enumerate(lists):
+        if a.role in where:
+            c_args[j] = [view(t, offsets[where[a.role]] + (i % 2 if offsets[where[a.role]] else 0))
+                         for i, t in enumerate(c_args[j])]
+    run(name, args, kwargs, LRS, "cpu")
+    run(name, c_args, c_kwargs, LRS, "cuda")
+    assert_lists_close(c_args, args, float8_state=name == "lamb16_step_")
 
 
 def test_deterministic_bits():

@@ -32,9 +32,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-# Launches of one call of each op's CUDA kernel (csrc/cuda/<op>.cu; LAMB: 2 more with global
-# grad clipping): an external call's kernels, which the generated code does not show.
-ENGINE_LAUNCHES = {"lamb_step_": 4, "lamb16_step_": 4, "lars_step_": 4, "adagrad_step_": 2}
 OPTIMIZERS = ("AdamW", "Lamb", "Lamb16", "Lars", "Adagrad")
 PATHS = ("auto", "lowering", "decomposition", "external")
 
@@ -70,6 +67,7 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
     """Generates and compiles one row's code; returns its counts (this process only)."""
     import tools.described_gpu as dg
     from benchmarks.common import bert_like_shapes
+    from inductor_lamb._inductor import cost
 
     if workload == "step":
         with dg.described_gpu(dg.GPUS[gpu], configs), dg.fake_mode():
@@ -88,7 +86,9 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
     return {"optimizer": opt_name, "path": path if opt_name != "AdamW" else "-", "n": n, "workload": workload,
             "gpu": dg.GPUS[gpu].name, "kernels": out.kernels, "launches": out.launches,
             "extern_calls": out.extern_calls, "lamb_calls": sum(out.lamb_calls.values()),
-            "engine_launches": sum(ENGINE_LAUNCHES.get(op, 0) * k for op, k in out.lamb_calls.items()),
+            # (an external call's kernels, which the generated code does not show: counted by the
+            # module's own launchers, without launching)
+            "engine_launches": sum(cost.engine_launches(op) * k for op, k in out.lamb_calls.items()),
             "gb_per_step": out.gb_per_call,
             "compile_s": round(out.compile_s, 1), "cubins_missing": out.cubins_missing, "model": model,
             "configs": configs or "all",
@@ -234,7 +234,8 @@ def main() -> None:
     if args.interpret and os.environ.get("TRITON_INTERPRET") != "1":
         # (the interpreter must be chosen before Triton is imported: a process of its own)
         env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-        sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)
+        sys.exit(subprocess.run([sys.executable, "-m", "tools.cuda_codegen", *sys.argv[1:]], env=env,
+                                cwd=ROOT).returncode)
     if args.interpret:
         rows = [interpret_op(op, args.gpu) for op in args.interpret]
         for r in rows:

@@ -1,56 +1,74 @@
-// Engine pieces shared by the optimizers: the reduce phase's per-tensor totals,
-// global grad-norm clipping.
+// Engine pieces shared by the optimizers: the grid of a chunk kernel, global grad-norm clipping.
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
+
 namespace {
 
-constexpr int kClipSlot = 3;  // partials slot used by the grad norm (pass 1 kernels use 0..2 later)
+constexpr int kClipSlot = 3;  // partials slot of the grad norm (pass 1 kernels write 0..3 after it is read)
 
-__global__ void grad_sumsq_kernel(Launch l) {
-  if (skip_step(l)) return;
-  const BlockChunk c(l, blockIdx.x);
-  const float mul = grad_multiplier(l, false);
-  float s = 0.f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float g = load_grad(c.t, i, mul);
-    s += g * g;
+template <typename P>
+struct GradSumSq {
+  static constexpr int kElems = kPackElems<typename P::Storage>;
+  TensorMeta t;
+  float mul;
+  template <int W>
+  __device__ __forceinline__ Partials<1> operator()(Width<W>, int64_t i) const {
+    float g[W];
+    load_grad<W, P>(t, i, g);
+    Partials<1> s;
+#pragma unroll
+    for (int j = 0; j < W; ++j) s.v[0] += (g[j] * mul) * (g[j] * mul);
+    return s;
   }
-  write_partial(l, kClipSlot, s);
+};
+
+template <typename P>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) grad_sumsq(Launch l) {
+  const float mul = grad_multiplier(l, false);
+  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, GradSumSq<P>{c.t, mul}), kClipSlot); });
 }
 
 // One block: strided sums in double, then a fixed-order block reduction.
-__global__ void grad_clip_kernel(Launch l, double max_norm) {
+__global__ void __launch_bounds__(kThreads) grad_clip(Launch l, double max_norm) {
   if (skip_step(l)) return;
   double s = 0.0;
   for (int32_t c = threadIdx.x; c < l.num_chunks; c += kThreads) s += l.partials[c * kPartials + kClipSlot];
   s = block_reduce<SumOp, double>(s);
-  if (threadIdx.x == 0) {
-    const double norm = sqrt(s);
-    l.global[0] = float(1.0 / clip_divisor(norm, max_norm));
-  }
-}
-
-__global__ void finish_reductions_kernel(Launch l, int k, unsigned max_mask) {
-  const int32_t i = live_tensor(l);
-  if (i < 0) return;
-  const TensorMeta& t = l.tensors[i];
-  for (int j = 0; j < k; ++j)
-    l.reductions[i * k + j] = (max_mask >> j) & 1u ? tensor_max(l, t, j) : float(tensor_sum(l, t, j));
-  if (t.step) *t.step += 1.f;
+  if (threadIdx.x == 0) l.global[0] = float(1.0 / clip_divisor(sqrt(s), max_norm));
 }
 
 }  // namespace
 
-cudaError_t launch_finish_reductions(const Launch& l, int k, unsigned max_mask) {
-  on_tensors(finish_reductions_kernel, l, k, max_mask);
-  return cudaGetLastError();
+int chunk_grid(const void* kernel, const Launch& l) {
+  // Blocks resident at once on the device, per kernel and device (the occupancy of its
+  // registers and shared memory), queried once.
+  static std::mutex mu;
+  static std::unordered_map<const void*, std::unordered_map<int, int>> resident;
+  int blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    int& r = resident[kernel][l.device];
+    if (r == 0) {
+      int sms = 0, per_sm = 0;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l.device);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+      r = sms > 0 && per_sm > 0 ? sms * per_sm : 1 << 30;  // (unknown: one block per chunk)
+    }
+    blocks = r;
+  }
+  return blocks < l.num_chunks ? blocks : l.num_chunks;
 }
 
-cudaError_t launch_grad_clip(const Launch& l, double max_norm) {
-  on_chunks(grad_sumsq_kernel, l);
-  grad_clip_kernel<<<1, kThreads, 0, l.stream>>>(l, max_norm);
-  return cudaGetLastError();
+int launch_grad_clip(const Launch& l, double max_norm) {
+  for_each_variant(l, [&](auto p) { on_chunks(grad_sumsq<decltype(p)>, l); });
+  if (l.count) ++*l.count;
+  else grad_clip<<<1, kThreads, 0, l.stream>>>(l, max_norm);
+  return launched(l);
 }
 
 }  // namespace inductor_lamb::cuda

@@ -1,10 +1,7 @@
-// LAMB on CUDA, on the shared math of common/lamb.h, whatever the number of
-// tensors: reduce = pass 1 (updates m, v, writes per-chunk partial ||p||^2,
-// ||u||^2; two launches before it with global grad clipping) and one thread per
-// tensor summing them in chunk order into the reductions and incrementing the
-// step; apply = one thread per tensor turning the reductions into the step
-// size, and pass 2 (recomputes u from the new m, v and writes p: 40 bytes/param,
-// like the CPU kernel).
+// LAMB on CUDA, on the shared math of common/lamb.h, whatever the number of tensors: pass 1
+// updates m, v and reduces ||p||^2, ||u||^2 per chunk (two launches before it with global grad
+// clipping); per tensor, the totals and the step size (lr times the trust ratio); pass 2
+// recomputes u from the new m, v and writes p: 40 bytes/param, like the CPU kernel.
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -13,68 +10,106 @@ namespace {
 using Elem = lamb::Elem<float>;
 enum { kInvBc1 = 0, kInvBc2 = 1, kStepSize = 2 };
 
-__global__ void pass1(Launch l, lamb::Hyper h, bool clipped) {
-  if (skip_step(l)) return;
-  const BlockChunk c(l, blockIdx.x);
-  const TensorMeta& t = c.t;
-  const double step = double(*t.step) + 1.0;  // finish_reductions stores it
-  const Elem e(lamb::consts(h), lamb::inv_bias_correction(*h.beta1, step, h.bias_correction),
-               lamb::inv_bias_correction(*h.beta2, step, h.bias_correction));
+template <typename P>
+struct Pass1 {
+  static constexpr int kElems = kPackElems<typename P::Storage>;
+  TensorMeta t;
+  Elem e;
+  float mul;
+  template <int W>
+  __device__ __forceinline__ Partials<2> operator()(Width<W>, int64_t i) const {
+    float p[W], g[W];
+    P::template load<W, Access::Keep>(t, i, p);
+    load_grad<W, P>(t, i, g);
+    Partials<2> s;
+    // m and v one 16-byte vector at a time, each written before the next is read: with 16-bit
+    // params (8 elements a pack) all of them at once would not leave half an SM's threads resident.
+    constexpr int S = W == 1 ? 1 : kPerVector<float>;
+#pragma unroll
+    for (int h = 0; h < W; h += S) {
+      float m[S], v[S];
+      load<S, Access::Keep, float>(t.state[0], i + h, m);
+      load<S, Access::Keep, float>(t.state[1], i + h, v);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        e.moments(g[h + j] * mul, m[j], v[j]);
+        const float u = e.update(p[h + j], m[j], v[j]);
+        s.v[0] += p[h + j] * p[h + j];
+        s.v[1] += u * u;
+      }
+      store<S, Access::Keep, float>(t.state[0], i + h, m);
+      store<S, Access::Keep, float>(t.state[1], i + h, v);
+    }
+    return s;
+  }
+};
+
+template <typename P>
+struct Pass2 {
+  static constexpr int kElems = kPackElems<typename P::Storage>;
+  TensorMeta t;
+  Elem e;
+  float step_size;
+  ParamRound round;
+  template <int W>
+  __device__ __forceinline__ NoPartials operator()(Width<W>, int64_t i) const {
+    float p[W], m[W], v[W];
+    P::template load<W, Access::Stream>(t, i, p);
+    load<W, Access::Stream, float>(t.state[0], i, m);
+    load<W, Access::Stream, float>(t.state[1], i, v);
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const float x = p[j] - step_size * e.update(p[j], m[j], v[j]);
+      p[j] = round.on ? round_param<P>(x, round.key, m[j], p[j]) : x;  // (hashes the new m, as on CPU)
+    }
+    P::template store<W, Access::Stream>(t, i, p);
+    return {};
+  }
+};
+
+template <typename P>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) pass1(Launch l, lamb::Hyper h, bool clipped) {
   const float mul = grad_multiplier(l, clipped);
-  float* m = state_f32(t, 0);
-  float* v = state_f32(t, 1);
-  float p_sq = 0.f, u_sq = 0.f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i);
-    float mi = m[i], vi = v[i];
-    e.moments(load_grad(t, i, mul), mi, vi);
-    m[i] = mi;
-    v[i] = vi;
-    const float u = e.update(p, mi, vi);
-    p_sq += p * p;
-    u_sq += u * u;
-  }
-  write_sums(l, p_sq, u_sq);
+  const lamb::Consts k = lamb::consts(h);
+  for_each_chunk<P>(l, [&](const BlockChunk& c) {
+    const double step = double(*c.t.step) + 1.0;  // the totals kernel stores it
+    const Elem e(k, lamb::inv_bias_correction(*h.beta1, step, h.bias_correction),
+                 lamb::inv_bias_correction(*h.beta2, step, h.bias_correction));
+    write_partials(l, c.chunk, walk(c, Pass1<P>{c.t, e, mul}));
+  });
 }
 
-__global__ void coeffs(Launch l, lamb::Hyper h) {
-  const int32_t i = live_tensor(l);
-  if (i < 0) return;
-  const double step = double(*l.tensors[i].step);  // incremented by the reduce phase
-  float* k = l.coeffs + i * kCoeffs;
-  k[kInvBc1] = lamb::inv_bias_correction(*h.beta1, step, h.bias_correction);
-  k[kInvBc2] = lamb::inv_bias_correction(*h.beta2, step, h.bias_correction);
-  k[kStepSize] = lamb::step_size(h, *l.lr, l.reductions[2 * i], l.reductions[2 * i + 1]);
+template <typename P>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) pass2(Launch l, lamb::Hyper h) {
+  const lamb::Consts consts = lamb::consts(h);
+  for_each_chunk<P>(l, [&](const BlockChunk& c) {
+    const float* k = l.coeffs + c.tensor * kCoeffs;
+    const Elem e(consts, k[kInvBc1], k[kInvBc2]);
+    walk(c, Pass2<P>{c.t, e, k[kStepSize], param_round<P>(h.stochastic_rounding, h.seed, *c.t.step)});
+  });
 }
 
-__global__ void pass2(Launch l, lamb::Hyper h) {
-  if (skip_step(l)) return;
-  const BlockChunk c(l, blockIdx.x);
-  const TensorMeta& t = c.t;
-  const float* k = l.coeffs + c.tensor * kCoeffs;
-  const Elem e(lamb::consts(h), k[kInvBc1], k[kInvBc2]);
-  const float step_size = k[kStepSize];
-  const float* m = state_f32(t, 0);
-  const float* v = state_f32(t, 1);
-  const ParamRound round = param_round(t, h.stochastic_rounding, h.seed, *t.step);  // (incremented by reduce)
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i), mi = m[i];
-    store_param(t, i, p - step_size * e.update(p, mi, v[i]), round, mi, p);  // (hashes the new m, as on CPU)
+struct Op {
+  using Hyper = lamb::Hyper;
+  static constexpr int kReductions = lamb::kReductions;
+  static constexpr unsigned kMaxMask = 0u;
+  template <typename P>
+  static constexpr auto pass1() { return cuda::pass1<P>; }
+  template <typename P>
+  static constexpr auto pass2() { return cuda::pass2<P>; }
+  static __device__ void coeffs(const Launch& l, const Hyper& h, int32_t i, const Totals<kReductions>& r) {
+    const double step = double(*l.tensors[i].step);  // incremented
+    float* k = l.coeffs + i * kCoeffs;
+    k[kInvBc1] = lamb::inv_bias_correction(*h.beta1, step, h.bias_correction);
+    k[kInvBc2] = lamb::inv_bias_correction(*h.beta2, step, h.bias_correction);
+    k[kStepSize] = lamb::step_size(h, *l.lr, r.r[0], r.r[1]);
   }
-}
+};
 
 }  // namespace
 
-extern "C" int inductor_lamb_cuda_lamb_reduce(const Launch* l, const lamb::Hyper* h) {
-  const bool clipped = h->max_grad_norm > 0;
-  if (clipped) {
-    if (cudaError_t e = launch_grad_clip(*l, h->max_grad_norm)) return e;
-  }
-  return reduce_phase(pass1, *l, lamb::kReductions, 0u, *h, clipped);
-}
-
-extern "C" int inductor_lamb_cuda_lamb_apply(const Launch* l, const lamb::Hyper* h) {
-  return apply_phase(coeffs, pass2, *l, *h);
-}
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, reduce) { return reduce_phase<Op>(*l, *h, h->max_grad_norm); }
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, apply) { return apply_phase<Op>(*l, *h); }
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, step) { return one_call<Op>(*l, *h, h->max_grad_norm); }
 
 }  // namespace inductor_lamb::cuda

@@ -1,8 +1,7 @@
-// LARS on CUDA (PaddlePaddle merged lars_momentum semantics), on the shared
-// math of common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled
-// per tensor into the reductions; apply: one thread per tensor computes the
-// local lr, then the momentum and param update. Weight decay and layer
-// adaptation are per tensor (TensorMeta::options).
+// LARS on CUDA (PaddlePaddle merged lars_momentum semantics), on the shared math of
+// common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled per tensor; apply: per
+// tensor the local lr, then the momentum and param update. Weight decay and layer adaptation are
+// per tensor (TensorMeta::options).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
@@ -10,47 +9,63 @@ namespace {
 
 enum { kLocalLr = 0 };
 
+template <typename P>
+struct Norms {
+  static constexpr int kElems = kPackElems<typename P::Storage>;
+  TensorMeta t;
+  float mul;
+  template <int W>
+  __device__ __forceinline__ Partials<2> operator()(Width<W>, int64_t i) const {
+    float p[W], g[W];
+    P::template load<W, Access::Keep>(t, i, p);
+    load_grad<W, P>(t, i, g);
+    Partials<2> s;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      s.v[0] += p[j] * p[j];
+      s.v[1] += (g[j] * mul) * (g[j] * mul);
+    }
+    return s;
+  }
+};
+
 __device__ __forceinline__ float grad_mul(const Launch& l, const lars::Hyper& h) {
   return lars::grad_mul(h, grad_multiplier(l, false));
 }
 
-__global__ void norms(Launch l, lars::Hyper h) {
-  if (skip_step(l)) return;
-  const BlockChunk c(l, blockIdx.x);
-  const TensorMeta& t = c.t;
+template <typename P>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) norms(Launch l, lars::Hyper h, bool) {
   const float mul = grad_mul(l, h);
-  float p_sq = 0.f, g_sq = 0.f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-    const float p = load_param(t, i), g = load_grad(t, i, mul);
-    p_sq += p * p;
-    g_sq += g * g;
+  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, Norms<P>{c.t, mul})); });
+}
+
+template <typename P>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) update(Launch l, lars::Hyper h) {
+  const float mul = grad_mul(l, h);
+  for_each_chunk<P>(l, [&](const BlockChunk& c) {
+    const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(c.t.options.weight_decay), mul);
+    // (LARS counts no steps: its params' rounding keys on step 0)
+    walk(c, OneStateUpdate<P, lars::Elem<float>>{c.t, e, param_round<P>(h.stochastic_rounding, h.seed, 0.f)});
+  });
+}
+
+struct Op {
+  using Hyper = lars::Hyper;
+  static constexpr int kReductions = lars::kReductions;
+  static constexpr unsigned kMaxMask = 0u;
+  template <typename P>
+  static constexpr auto pass1() { return norms<P>; }
+  template <typename P>
+  static constexpr auto pass2() { return update<P>; }
+  static __device__ void coeffs(const Launch& l, const Hyper& h, int32_t i, const Totals<kReductions>& r) {
+    l.coeffs[i * kCoeffs + kLocalLr] = lars::local_lr(h, l.tensors[i].options, *l.lr, r.r[0], r.r[1]);
   }
-  write_sums(l, p_sq, g_sq);
-}
-
-__global__ void coeffs(Launch l, lars::Hyper h) {
-  const int32_t i = live_tensor(l);
-  if (i < 0) return;
-  l.coeffs[i * kCoeffs + kLocalLr] =
-      lars::local_lr(h, l.tensors[i].options, *l.lr, l.reductions[2 * i], l.reductions[2 * i + 1]);
-}
-
-__global__ void update(Launch l, lars::Hyper h) {
-  if (skip_step(l)) return;
-  const BlockChunk c(l, blockIdx.x);
-  one_state_update(c, lars::Elem<float>(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr],
-                                         float(c.t.options.weight_decay), grad_mul(l, h)),
-                   param_round(c.t, h.stochastic_rounding, h.seed, 0.f));  // (LARS counts no steps)
-}
+};
 
 }  // namespace
 
-extern "C" int inductor_lamb_cuda_lars_reduce(const Launch* l, const lars::Hyper* h) {
-  return reduce_phase(norms, *l, lars::kReductions, 0u, *h);
-}
-
-extern "C" int inductor_lamb_cuda_lars_apply(const Launch* l, const lars::Hyper* h) {
-  return apply_phase(coeffs, update, *l, *h);
-}
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lars, reduce) { return reduce_phase<Op>(*l, *h); }
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lars, apply) { return apply_phase<Op>(*l, *h); }
+extern "C" INDUCTOR_LAMB_CUDA_LAUNCHER(lars, step) { return one_call<Op>(*l, *h); }
 
 }  // namespace inductor_lamb::cuda

@@ -20,6 +20,9 @@ constexpr int kThreads = 256;
 constexpr int kPartials = 4;
 constexpr int kCoeffs = 8;
 
+// The variant of a tensor's chunk kernels: its param's dtype and whether it has a master copy.
+constexpr INDUCTOR_LAMB_HD int param_variant(Dtype dtype, bool master) { return int(dtype) + (master ? 3 : 0); }
+
 // One list index of a step (device memory): its pointers and its chunks.
 struct TensorMeta {
   void* param;          // Dtype `dtype`
@@ -33,7 +36,9 @@ struct TensorMeta {
   int64_t first_chunk;  // its chunks are [first_chunk, first_chunk + num_chunks)
   int32_t num_chunks;
   Dtype dtype;
+  int32_t head;         // elements before every stream is 16-byte aligned, or -1 (cuda/plan.h)
 };
+INDUCTOR_LAMB_HD int param_variant(const TensorMeta& t) { return param_variant(t.dtype, t.master != nullptr); }
 
 // Chunk c covers elements [index * kChunk, min(numel, (index + 1) * kChunk)) of `tensor`.
 struct ChunkMeta {
@@ -46,30 +51,39 @@ struct Launch {
   const ChunkMeta* chunks;    // device, [num_chunks]
   int32_t num_tensors;
   int32_t num_chunks;
+  uint32_t variants;          // bit param_variant(t) of each tensor t: the chunk kernels to launch
   float* partials;            // device workspace, [num_chunks * kPartials]
   float* coeffs;              // device workspace, [num_tensors * kCoeffs]
   float* global;              // device workspace, [kPartials]: whole-list values (grad clip factor)
   float* reductions;          // device, [num_tensors * k]: the two-phase ops' per-tensor reductions
                               // (written by a reduce launcher, read by an apply launcher)
   const float* lr;            // device, 0-d
-  const float* grad_scale;    // device or null: grads are divided by it
+  const float* inv_grad_scale;  // device or null: 1 / grad_scale (the glue divides, so that no
+                                // chunk kernel carries a division's slow path), grads times it
   const float* found_inf;     // device or null: nonzero skips the whole step
   cudaStream_t stream;
+  int32_t device;
+  int* count;                 // host, or null: when set, launchers count their launches instead
 };
 
 }  // namespace inductor_lamb::cuda
 
 // Each returns a cudaError_t (0 on success) of its launches; the hyper-parameter
 // structs are the ops' own (common/<opt>.h), as the argument checks return them. The layer-wise
-// steps have two launchers, one per phase: *_reduce does pass 1 and writes
-// l->reductions (zeroed by the caller: a skipped step leaves zeros); *_apply
-// reads them and does pass 2. A one-call step runs both on the same Launch.
+// ops have three launchers: *_reduce does pass 1 and writes l->reductions (zeros on a skipped
+// step); *_apply reads them and does pass 2; *_step is the one-call op, the same kernels and
+// bits as reduce then apply with the per-tensor work of both in one launch.
+#define INDUCTOR_LAMB_CUDA_LAUNCHER(op, phase) \
+  int inductor_lamb_cuda_##op##_##phase(const inductor_lamb::cuda::Launch* l, const inductor_lamb::op::Hyper* h)
 extern "C" {
-int inductor_lamb_cuda_lamb_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h);
-int inductor_lamb_cuda_lamb_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb::Hyper* h);
-int inductor_lamb_cuda_lamb16_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb16::Hyper* h);
-int inductor_lamb_cuda_lamb16_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lamb16::Hyper* h);
-int inductor_lamb_cuda_lars_reduce(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h);
-int inductor_lamb_cuda_lars_apply(const inductor_lamb::cuda::Launch* l, const inductor_lamb::lars::Hyper* h);
-int inductor_lamb_cuda_adagrad_step(const inductor_lamb::cuda::Launch* l, const inductor_lamb::adagrad::Hyper* h);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, reduce);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, apply);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb, step);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb16, reduce);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb16, apply);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lamb16, step);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lars, reduce);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lars, apply);
+INDUCTOR_LAMB_CUDA_LAUNCHER(lars, step);
+INDUCTOR_LAMB_CUDA_LAUNCHER(adagrad, step);
 }

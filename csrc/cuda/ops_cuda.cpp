@@ -3,7 +3,7 @@
 // launchers of the .cu files. Built only when torch has CUDA.
 //
 // No step reads a device value on the host: lr, steps, grad_scale and found_inf
-// are read by the kernels. The tensor table (pointers, sizes, chunks) is uploaded
+// are read by the kernels. The tensor table (pointers, sizes, alignment, chunks) is uploaded
 // once per distinct list and cached, so steady-state steps and CUDA graph replays
 // do no host-to-device copy; capturing needs one eager (warm-up) call first, as
 // CUDA graph capture usually does.
@@ -22,6 +22,7 @@
 
 #include "common/op_args.h"
 #include "cuda/launch.h"
+#include "cuda/plan.h"
 
 namespace inductor_lamb::cuda {
 namespace {
@@ -73,19 +74,21 @@ TableCache& table_cache() {
 // workspace and returns the launch description on the current stream.
 struct PreparedLaunch {
   Launch launch;
-  at::Tensor workspace;
+  at::Tensor workspace, inv_grad_scale;
 };
 
 PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& device, const at::Tensor& lr,
                        const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf,
                        const char* op) {
   std::vector<ChunkMeta> chunks;
+  uint32_t variants = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const int64_t n = (tensors[t].numel + kChunk - 1) / kChunk;
     TORCH_CHECK(n <= INT32_MAX, op, ": params[", t, "] has too many elements");
     tensors[t].first_chunk = static_cast<int64_t>(chunks.size());
     tensors[t].num_chunks = static_cast<int32_t>(n);
     for (int32_t k = 0; k < n; ++k) chunks.push_back({static_cast<int32_t>(t), k});
+    if (n > 0) variants |= 1u << param_variant(tensors[t]);
   }
   TORCH_CHECK(chunks.size() <= INT32_MAX, op, ": too many elements in one call");
   std::string bytes(tensors.size() * sizeof(TensorMeta) + chunks.size() * sizeof(ChunkMeta), '\0');
@@ -98,19 +101,29 @@ PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& devic
   out.workspace = at::empty({nc * kPartials + nt * kCoeffs + kPartials}, at::TensorOptions().dtype(at::kFloat).device(device));
   float* ws = out.workspace.data_ptr<float>();
   Launch& l = out.launch;
+  l = Launch{};
   l.tensors = reinterpret_cast<const TensorMeta*>(table);
   l.chunks = reinterpret_cast<const ChunkMeta*>(table + nt * sizeof(TensorMeta));
   l.num_tensors = static_cast<int32_t>(nt);
   l.num_chunks = static_cast<int32_t>(nc);
+  l.variants = variants;
   l.partials = ws;
   l.coeffs = ws + nc * kPartials;
   l.global = ws + nc * kPartials + nt * kCoeffs;
   l.lr = lr.data_ptr<float>();
-  l.grad_scale = grad_scale.has_value() && grad_scale->defined() ? grad_scale->data_ptr<float>() : nullptr;
+  if (grad_scale.has_value() && grad_scale->defined()) {
+    // (1 / x rounded once, as the CPU kernels' 1.f / grad_scale)
+    out.inv_grad_scale = at::reciprocal(*grad_scale);
+    l.inv_grad_scale = out.inv_grad_scale.data_ptr<float>();
+  }
   l.found_inf = found_inf.has_value() && found_inf->defined() ? found_inf->data_ptr<float>() : nullptr;
   l.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  l.device = device.index();
   return out;
 }
+
+// Bytes of one element of a list's storage.
+int element_size(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
 
 void check_launch(int err, const char* op) {
   TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
@@ -124,10 +137,10 @@ template <typename Hyper>
 class CudaCall {
  public:
   using Launcher = int (*)(const Launch*, const Hyper*);
-  // A two-phase op: its launchers, reduction columns, and the state lists each
-  // phase writes (bit k: state list k; apply also writes the params).
+  // A two-phase op: its launchers (reduce, apply, the one-call step), reduction columns, and the
+  // state lists each phase writes (bit k: state list k; apply also writes the params).
   struct Phases {
-    Launcher reduce, apply;
+    Launcher reduce, apply, step;
     int64_t k;
     unsigned reduce_writes, apply_writes;
   };
@@ -135,7 +148,40 @@ class CudaCall {
   // `num_states` state lists come first in the checked lists, then the master params if given.
   template <typename Fill>
   CudaCall(const OpArgs& a, int num_states, Hyper (*hyper_of)(const OpArgs&), const Fill& fill, Phases phases = {})
-      : op_(a.op()), device_(a.device()), guard_(device_), rows_(a.list("params"), a.list("grads"), check_call(a, device_)),
+      : CudaCall(a, check_call(a, a.device()), num_states, hyper_of, fill, phases) {}
+
+  // Pass 1: the reductions (zeros on a skipped step, written by the launches).
+  at::Tensor reduce() {
+    at::Tensor r = at::empty({static_cast<int64_t>(rows_.size()), phases_.k}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    prepared_.launch.reductions = r.data_ptr<float>();
+    run(phases_.reduce);
+    rows_.commit(false, phases_.reduce_writes, master_);
+    return r;
+  }
+  // Pass 2 from the reductions (check_call checked them).
+  void apply(const at::Tensor& reductions) {
+    const at::Tensor r = reductions.contiguous();
+    prepared_.launch.reductions = r.data_ptr<float>();
+    run(phases_.apply);
+    rows_.commit(true, phases_.apply_writes, master_);
+  }
+  // The one-call form of a two-phase op: the same kernels and bits, the per-tensor work of
+  // both phases in one launch.
+  void step() {
+    run(phases_.step);
+    rows_.commit(true, phases_.reduce_writes | phases_.apply_writes, master_);
+  }
+  // A one-launcher op: everything it wrote is written back.
+  void step(Launcher fn) {
+    run(fn);
+    rows_.commit();
+  }
+
+ private:
+  template <typename Fill>
+  CudaCall(const OpArgs& a, std::vector<StateList> lists, int num_states, Hyper (*hyper_of)(const OpArgs&),
+           const Fill& fill, Phases phases)
+      : op_(a.op()), device_(a.device()), guard_(device_), rows_(a.list("params"), a.list("grads"), lists),
         hyper_(hyper_of(a)), master_(a.optional_list("master_params").has_value() ? num_states : -1), phases_(phases) {
     const at::TensorList params = a.list("params");
     const bool has_master = master_ >= 0;
@@ -150,35 +196,20 @@ class CudaCall {
       t.master = has_master ? rows_.floats(i, num_states) : nullptr;
       t.numel = rows_.numels()[i];
       t.dtype = rows_.dtypes()[i];
+      // The first element at which every stream is 16-byte aligned (plan.h).
+      uint64_t addrs[5] = {reinterpret_cast<uint64_t>(t.param), reinterpret_cast<uint64_t>(t.grad),
+                           reinterpret_cast<uint64_t>(t.master)};
+      int sizes[5] = {element_size(params[i].scalar_type()), element_size(params[i].scalar_type()), 4};
+      for (int k = 0; k < num_states; ++k) {
+        addrs[3 + k] = reinterpret_cast<uint64_t>(t.state[k]);
+        sizes[3 + k] = element_size(lists[k].dtype);
+      }
+      t.head = tensor_head(addrs, sizes, 3 + num_states);
       fill(i, t);
     }
     prepared_ = prepare(tensors, device_, a.tensor("lr"), a.optional_tensor("grad_scale"), a.optional_tensor("found_inf"), op_);
   }
 
-  // Pass 1: the reductions (zeros, what a skipped step returns, written by the launches).
-  at::Tensor reduce() {
-    at::Tensor r = at::zeros({static_cast<int64_t>(rows_.size()), phases_.k}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    prepared_.launch.reductions = r.data_ptr<float>();
-    run(phases_.reduce);
-    rows_.commit(false, phases_.reduce_writes, master_);
-    return r;
-  }
-  // Pass 2 from the reductions (check_call checked them).
-  void apply(const at::Tensor& reductions) {
-    const at::Tensor r = reductions.contiguous();
-    prepared_.launch.reductions = r.data_ptr<float>();
-    run(phases_.apply);
-    rows_.commit(true, phases_.apply_writes, master_);
-  }
-  // The one-call form of a two-phase op: the same launches, bit for bit.
-  void step() { apply(reduce()); }
-  // A one-launcher op: everything it wrote is written back.
-  void step(Launcher fn) {
-    run(fn);
-    rows_.commit();
-  }
-
- private:
   void run(Launcher fn) {
     if (rows_.size() > 0) check_launch(fn(&prepared_.launch, &hyper_), op_);
   }
@@ -194,7 +225,7 @@ class CudaCall {
 };
 
 // ---- the ops ---------------------------------------------------------------------------
-// Each layer-wise op comes as one call and as its two phases (the same launches:
+// Each layer-wise op comes as one call and as its two phases (the same kernels:
 // the one-call op is reduce then apply, bit for bit). A call class is its
 // CudaCall with the op's per-tensor table entries and phases.
 
@@ -202,7 +233,8 @@ struct LambCall : CudaCall<lamb::Hyper> {
   explicit LambCall(const OpArgs& a)
       : CudaCall(a, 2, &lamb::hyper_of<OpArgs>,
                  [steps = a.list("steps")](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
-                 {inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply, lamb::kReductions, 0b11u, 0u}) {}
+                 {inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply, inductor_lamb_cuda_lamb_step,
+                  lamb::kReductions, 0b11u, 0u}) {}
 };
 
 struct Lamb16Call : CudaCall<lamb16::Hyper> {
@@ -214,13 +246,15 @@ struct Lamb16Call : CudaCall<lamb16::Hyper> {
                    t.scalar[1] = a.list("exp_avg_sq_scales")[i].data_ptr<float>();
                  },
                  // reduce writes only the steps (never copied); apply the params, m8, v8 and scales
-                 {inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, lamb16::kReductions, 0u, 0b11u}) {}
+                 {inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, inductor_lamb_cuda_lamb16_step,
+                  lamb16::kReductions, 0u, 0b11u}) {}
 };
 
 struct LarsCall : CudaCall<lars::Hyper> {
   explicit LarsCall(const OpArgs& a)
       : CudaCall(a, 1, &lars::hyper_of<OpArgs>, [&a](size_t i, TensorMeta& t) { t.options = lars::options_of(a, i); },
-                 {inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply, lars::kReductions, 0u, 0b1u}) {}
+                 {inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply, inductor_lamb_cuda_lars_step,
+                  lars::kReductions, 0u, 0b1u}) {}
 };
 
 struct AdagradCall : CudaCall<adagrad::Hyper> {
@@ -230,7 +264,39 @@ struct AdagradCall : CudaCall<adagrad::Hyper> {
   void step() { CudaCall::step(inductor_lamb_cuda_adagrad_step); }
 };
 
+// The kernels one call of `op` launches on a list of one float32 tensor (clipped: LAMB with
+// max_grad_norm > 0), counted by running its launchers with Launch::count set: nothing is
+// launched and no device is needed. What torch.compile's launch model reads (_inductor/cost.py).
+int64_t launch_count(const std::string& op, bool clipped) {
+  int n = 0;
+  Launch l{};
+  l.num_tensors = l.num_chunks = 1;
+  l.variants = 1u << param_variant(Dtype::Float, false);
+  l.count = &n;
+  lamb::Hyper lamb_h{};
+  lamb_h.max_grad_norm = clipped ? 1.0 : 0.0;
+  const lamb16::Hyper lamb16_h{};
+  const lars::Hyper lars_h{};
+  const adagrad::Hyper adagrad_h{};
+  if (op == "lamb_step_") inductor_lamb_cuda_lamb_step(&l, &lamb_h);
+  else if (op == "lamb_reduce_") inductor_lamb_cuda_lamb_reduce(&l, &lamb_h);
+  else if (op == "lamb_apply_") inductor_lamb_cuda_lamb_apply(&l, &lamb_h);
+  else if (op == "lamb16_step_") inductor_lamb_cuda_lamb16_step(&l, &lamb16_h);
+  else if (op == "lamb16_reduce_") inductor_lamb_cuda_lamb16_reduce(&l, &lamb16_h);
+  else if (op == "lamb16_apply_") inductor_lamb_cuda_lamb16_apply(&l, &lamb16_h);
+  else if (op == "lars_step_") inductor_lamb_cuda_lars_step(&l, &lars_h);
+  else if (op == "lars_reduce") inductor_lamb_cuda_lars_reduce(&l, &lars_h);
+  else if (op == "lars_apply_") inductor_lamb_cuda_lars_apply(&l, &lars_h);
+  else if (op == "adagrad_step_") inductor_lamb_cuda_adagrad_step(&l, &adagrad_h);
+  else TORCH_CHECK(false, "_cuda_launches: unknown op '", op, "'");
+  return n;
+}
+
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(lamb, m) {
+  m.def("_cuda_launches(str op, bool clipped=False) -> int", &launch_count);
+}
 
 TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
   register_family<LambCall>(m, "lamb_step_");

@@ -7,7 +7,9 @@ count, within its floor on the BERT-like lists of ``tools/cuda_codegen.py``), so
 bytes cancel and the launches decide. Their counts:
 
 - **the CUDA engine** launches a fixed number of kernels per call whatever the tensor count
-  (:data:`ENGINE_LAUNCHES`, ``csrc/cuda/<op>.cu``; LAMB 2 more with global grad clipping);
+  (:func:`engine_launches`: counted by the built module itself, ``torch.ops.lamb._cuda_launches``,
+  which runs the op's launchers without launching; a layer-wise step 3, Adagrad 2, LAMB 2 more
+  with global grad clipping; one more per pass for each further param dtype a call mixes);
 - **the lowering** launches at least a few grouped kernels per call (Inductor's foreach groups
   of the element-wise work, :data:`GROUPED_LAUNCHES`) plus, for a layer-wise op, the kernels
   of each tensor's own reductions: Inductor (2.14) makes one reduction kernel per tensor and
@@ -27,17 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["ENGINE_LAUNCHES", "GROUPED_LAUNCHES", "LAUNCH_US", "engine_launches", "lowering_launches",
-           "prefer_engine"]
+import torch
+
+__all__ = ["GROUPED_LAUNCHES", "LAUNCH_US", "engine_launches", "lowering_launches", "prefer_engine"]
 
 # Cost of one kernel launch in the model (host wrapper and device gaps; a CUDA graph replay
 # cuts it, for both paths alike): it scales both sides, so it cannot change a decision.
 LAUNCH_US = 5.0
-
-# Launches of one call of the CUDA kernel (pass 1, per-tensor norms, per-tensor step sizes,
-# pass 2; Adagrad: the update and the step counts).
-ENGINE_LAUNCHES = {"lamb_step_": 4, "lamb16_step_": 4, "lars_step_": 4, "adagrad_step_": 2}
-_CLIP_LAUNCHES = 2  # LAMB with max_grad_norm > 0: the grads' global norm first
 
 # The lowering's fewest grouped launches per call (step counts, per-tensor scalars, the
 # element-wise passes as foreach groups of up to ~250 kernel arguments each; more tensors
@@ -48,8 +46,9 @@ FINALS = {"lamb_step_": 2, "lamb16_step_": 4, "lars_step_": 2, "adagrad_step_": 
 
 
 def engine_launches(op: str, max_grad_norm: float = 0.0) -> int:
-    """Launches of one call of ``op``'s CUDA kernel."""
-    return ENGINE_LAUNCHES[op] + (_CLIP_LAUNCHES if op == "lamb_step_" and max_grad_norm > 0 else 0)
+    """Launches of one call of ``op``'s CUDA kernel (any ``torch.ops.lamb`` op name, phases
+    included), as the module's launchers count them; a CUDA build only."""
+    return torch.ops.lamb._cuda_launches(op, max_grad_norm > 0 and op.startswith("lamb_"))
 
 
 def lowering_launches(op: str, numels: Sequence[int], splits: Callable[[int], bool]) -> int:
