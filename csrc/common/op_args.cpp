@@ -148,9 +148,12 @@ void check_writable(const OpArgs& a) {
                   " has elements that share memory (an expanded or stride-0 view) and the op writes it; give it "
                   "memory of its own (.clone())");
     const int64_t item = int64_t(t.element_size());
-    const auto sizes = t.sizes(), strides = t.strides();
-    int64_t last = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+    int64_t last = t.numel() - 1;  // (a contiguous tensor's last element)
+    if (!t.is_contiguous()) {
+      const auto sizes = t.sizes(), strides = t.strides();
+      last = 0;
+      for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+    }
     const void* data = t.storage().data();
     const uintptr_t begin =
         (data != nullptr ? reinterpret_cast<uintptr_t>(data) : 0) + uintptr_t(t.storage_offset() * item);

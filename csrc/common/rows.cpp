@@ -18,24 +18,34 @@ static bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-LayoutRow::LayoutRow(std::vector<at::Tensor> row, const std::vector<bool>& mutated) : row_(std::move(row)) {
+static void* data_of(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
+
+LayoutRow::LayoutRow(const at::Tensor* const* row, size_t n, const std::vector<bool>& mutated) {
+  TORCH_INTERNAL_ASSERT(n <= kMaxTensors, "a row of ", n, " tensors");
   bool in_place = true;
-  for (const auto& t : row_)
-    in_place = in_place && t.is_non_overlapping_and_dense() && same_layout(t, row_[0]);
-  if (in_place) return;  // (the usual case: nothing more to keep, which matters at thousands of tensors)
-  originals_ = row_;
-  mutated_ = mutated;
-  for (auto& t : row_)
-    if (!t.is_contiguous()) t = t.contiguous();
+  for (size_t k = 0; k < n && in_place; ++k)
+    in_place = row[k]->is_non_overlapping_and_dense() && same_layout(*row[k], *row[0]);
+  if (in_place) {  // (the usual case)
+    for (size_t k = 0; k < n; ++k) ptrs_[k] = data_of(*row[k]);
+    return;
+  }
+  copies_ = std::make_unique<Copies>();
+  copies_->mutated = mutated;
+  for (size_t k = 0; k < n; ++k) {
+    copies_->originals.push_back(*row[k]);
+    copies_->row.push_back(row[k]->is_contiguous() ? *row[k] : row[k]->contiguous());
+    ptrs_[k] = data_of(copies_->row.back());
+  }
 }
 
 void LayoutRow::commit() {
-  for (size_t k = 0; k < originals_.size(); ++k)
-    if (mutated_[k]) commit(k);
+  if (!copies_) return;
+  for (size_t k = 0; k < copies_->originals.size(); ++k)
+    if (copies_->mutated[k]) commit(k);
 }
 
 void LayoutRow::commit(size_t k) {
-  if (!originals_.empty() && !row_[k].is_same(originals_[k])) originals_[k].copy_(row_[k]);
+  if (copies_ && !copies_->row[k].is_same(copies_->originals[k])) copies_->originals[k].copy_(copies_->row[k]);
 }
 
 TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::vector<StateList>& state_lists) {
@@ -45,13 +55,12 @@ TensorRows::TensorRows(at::TensorList params, at::TensorList grads, const std::v
   dtypes_.resize(n);
   std::vector<bool> mutated{true, false};  // params, grads, then the state lists
   mutated.resize(2 + state_lists.size(), true);
+  const at::Tensor* row[LayoutRow::kMaxTensors];
   for (size_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> row;
-    row.reserve(2 + state_lists.size());
-    row.push_back(params[i]);
-    row.push_back(grads[i]);
-    for (const auto& l : state_lists) row.push_back(l.tensors[i]);
-    rows_.emplace_back(std::move(row), mutated);
+    row[0] = &params[i];
+    row[1] = &grads[i];
+    for (size_t k = 0; k < state_lists.size(); ++k) row[2 + k] = &state_lists[k].tensors[i];
+    rows_.emplace_back(row, 2 + state_lists.size(), mutated);
     numels_[i] = params[i].numel();
     dtypes_[i] = to_dtype(params[i].scalar_type());
   }

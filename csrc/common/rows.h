@@ -3,6 +3,7 @@
 // of an op's tensor lists, as raw pointers in one memory layout.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <vector>
 
 #include "common/math.h"
@@ -21,21 +22,27 @@ struct StateList {
 
 // Gives one raw pointer per tensor of a list index (param, grad, states, ...) such
 // that element k of each is the same logical element. Tensors whose layouts agree
-// (any strides, dense, identical for all of them) are used in place with no copy;
-// otherwise each non-contiguous one is replaced by a contiguous copy, written
-// back by commit() if the op mutates it.
+// (any strides, dense, identical for all of them) are used in place with no copy (the usual
+// case: only their pointers are kept, no tensor and no allocation, which matters at thousands
+// of tensors a call); otherwise each non-contiguous one is replaced by a contiguous copy,
+// written back by commit() if the op mutates it.
 class LayoutRow {
  public:
+  static constexpr size_t kMaxTensors = 6;  // param, grad, up to three state lists, master
   // `row` holds the defined tensors of one index; mutated[k] says whether row[k] is written.
-  LayoutRow(std::vector<at::Tensor> row, const std::vector<bool>& mutated);
-  void* ptr(size_t k) const { return row_[k].numel() ? row_[k].data_ptr() : nullptr; }
+  LayoutRow(const at::Tensor* const* row, size_t n, const std::vector<bool>& mutated);
+  void* ptr(size_t k) const { return ptrs_[k]; }
   void commit();
   void commit(size_t k);  // row[k] only (the lists one phase of a two-phase op writes)
 
  private:
-  std::vector<at::Tensor> row_;
-  std::vector<at::Tensor> originals_;  // empty when row_ is used in place (no copies to write back)
-  std::vector<bool> mutated_;
+  void* ptrs_[kMaxTensors] = {};
+  // Only for a row whose layouts differ: the contiguous copies and the originals.
+  struct Copies {
+    std::vector<at::Tensor> row, originals;
+    std::vector<bool> mutated;
+  };
+  std::unique_ptr<Copies> copies_;
 };
 
 // Raw pointers of (param, grad, state lists...) per index, in one layout (LayoutRow).

@@ -21,6 +21,7 @@ from ..spec import OpSpec, Role
 from . import _deepspeed, _sharding
 from ._buckets import _BUCKET_LISTS, Buckets, OpFamily
 from ._checkpoint import CheckpointState
+from ._plan import GroupPlan
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
                          check_seed,
                          group_device, group_dtype, plain_group)
@@ -288,25 +289,54 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             with torch.enable_grad():
                 loss = closure()
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, self._group_buckets(group, i)) for i, group in enumerate(self.param_groups)]
+        groups = [(group, *self._planned_buckets(group, i)) for i, group in enumerate(self.param_groups)]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
-        for group, buckets in groups:
-            if not buckets:  # a frozen group, or no grads in this step: nothing to do (as torch.optim)
-                continue
-            # Clipping by the group's global grad norm: the op does it when the
-            # group is one unsharded bucket; otherwise the clip folds into grad_scale.
-            max_norm = float(group.get("max_grad_norm", 0.0))
-            whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None \
-                and len(next(iter(buckets.values()))["params"]) <= self.max_tensors_per_call
-            clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
-            for (device, _, _), bucket in buckets.items():
-                grad_scale, found_inf = self._amp_args(device)
-                if clip is not None:
-                    clip_d = clip.to(device)
-                    grad_scale = clip_d if grad_scale is None else grad_scale * clip_d
-                self._step_bucket(group, bucket, grad_scale, found_inf, max_norm if clip is None else 0.0)
+        try:
+            for group, buckets, plan in groups:
+                if not buckets:  # a frozen group, or no grads in this step: nothing to do (as torch.optim)
+                    continue
+                # Clipping by the group's global grad norm: the op does it when the
+                # group is one unsharded bucket; otherwise the clip folds into grad_scale.
+                max_norm = float(group.get("max_grad_norm", 0.0))
+                whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None \
+                    and len(next(iter(buckets.values()))["params"]) <= self.max_tensors_per_call
+                clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
+                per_bucket = []
+                for (device, _, _), bucket in buckets.items():
+                    grad_scale, found_inf = self._amp_args(device)
+                    if clip is not None:
+                        clip_d = clip.to(device)
+                        grad_scale = clip_d if grad_scale is None else grad_scale * clip_d
+                    mgn = max_norm if clip is None else 0.0
+                    if plan is None:
+                        self._step_bucket(group, bucket, grad_scale, found_inf, mgn)
+                    else:
+                        per_bucket.append((grad_scale, found_inf, mgn))
+                if plan is not None:  # (the prepared calls, in bucket order: see _plan)
+                    plan.run(per_bucket)
+        finally:
+            for _, _, plan in groups:
+                if plan is not None:
+                    plan.release()
         return loss
+
+    def _planned_buckets(self, group: dict[str, Any], index: int) -> tuple[dict[Any, dict[str, Any]], GroupPlan | None]:
+        """Param group ``index``'s buckets, and their op calls when the group is planned (an eager
+        step of plain params: :mod:`._plan`)."""
+        if torch.compiler.is_compiling():
+            return self._group_buckets(group, index), None
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(index)
+        grads = plan.holds(self, group) if plan is not None else None
+        if grads is None:
+            buckets = self._group_buckets(group, index)
+            plan = GroupPlan(self, group, buckets) if GroupPlan.plannable(self, group, buckets) else None
+            plans[index] = plan
+            return buckets, plan
+        self._stepped = True  # (what _init_group records: see _opt_called)
+        plan.refresh(grads)
+        return plan.buckets, plan
 
     # LR schedulers wrap ``opt.step`` in a function of lr_scheduler.py (only to set
     # ``_opt_called``), a file dynamo refuses to trace: a fullgraph compile of a

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..spec import OpSpec, Role
 from . import _deepspeed, _sharding
+from ._plan import op_calls
 from ._scheduled import as_floats
 
 __all__ = ["OpFamily", "Buckets"]
@@ -207,6 +208,23 @@ class Buckets:
                 out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
         return out
 
+    def _bucket_args(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
+                     found_inf: Tensor | None, max_grad_norm: float) -> dict[str, Any]:
+        """One bucket's op arguments by name, every param of it (``_chunk`` cuts them per call)."""
+        op = self._op
+        args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
+        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
+        if bucket.get("master_params"):
+            args["master_params"] = bucket["master_params"]
+        if "max_grad_norm" in op.names:
+            args["max_grad_norm"] = max_grad_norm
+        return args
+
+    def _bucket_calls(self, group: dict[str, Any], bucket: dict[str, Any]) -> list[Any]:
+        """A plain bucket's op calls, for a :class:`~._plan.GroupPlan` (the per-step values empty)."""
+        args = self._bucket_args(group, bucket, None, None, 0.0)
+        return op_calls(self._op, args, len(bucket["params"]), self.max_tensors_per_call, self._chunk)
+
     def _step_bucket(
         self,
         group: dict[str, Any],
@@ -228,12 +246,7 @@ class Buckets:
                                   [c.combine for c in op.reductions], sharding)
             return
         dtype = bucket["params"][0].dtype
-        args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
-        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
-        if bucket.get("master_params"):
-            args["master_params"] = bucket["master_params"]
-        if "max_grad_norm" in op.names:
-            args["max_grad_norm"] = max_grad_norm
+        args = self._bucket_args(group, bucket, grad_scale, found_inf, max_grad_norm)
         n, size = len(bucket["params"]), self.max_tensors_per_call
         if dtype == torch.float64:
             # 0-d params (and their grads and state) as 1-element views: torch 2.13's
