@@ -123,6 +123,58 @@ def _dtensor_exact(opt_name: str, mesh, mesh_shape: tuple[int, ...]) -> None:
     assert_same_run(opt, ref, f"{opt_name} on mesh {mesh_shape}")
 
 
+# Every way a DTensor param is laid out in large-model training (TorchTitan): _StridedShard
+# (FSDP2 over tensor parallel), Shard and Replicate combined on a 2-D mesh (FSDP x TP, HSDP x TP),
+# uneven shards; per mesh shape, (shape, placements) of each param.
+def _strided(dim: int, split: int):
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return _StridedShard(dim, split_factor=split)
+
+
+def _layouts(mesh_shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], list]]:
+    if len(mesh_shape) == 1:
+        return [((8, 3), [_strided(0, 2)]), ((7, 5), [_strided(1, 2)]), ((9, 4), [_strided(0, 3)]),
+                ((6,), [Shard(0)]), ((), [Replicate()])]
+    return [((8, 6), [_strided(0, 2), Shard(0)]),   # FSDP over row-wise TP (TorchTitan's 2-D)
+            ((7, 6), [Shard(0), Shard(1)]),          # 2-D sharding, uneven rows
+            ((5, 6), [_strided(1, 2), Shard(1)]),    # FSDP over column-wise TP
+            ((10,), [Replicate(), Shard(0)]),        # HSDP-like: replicated, then sharded
+            ((9, 2), [Shard(0), Replicate()]),       # sharded, then replicated (uneven)
+            ((4, 4), [Replicate(), Replicate()])]
+
+
+def dtensor_layouts(rank: int, world: int, opt_names: list[str], mesh_shapes: list[tuple[int, ...]]) -> None:
+    for mesh_shape in mesh_shapes:
+        mesh = init_device_mesh("cpu", mesh_shape)
+        each(opt_names, lambda name: _dtensor_layouts(name, mesh, mesh_shape))
+
+
+def _dtensor_layouts(opt_name: str, mesh, mesh_shape: tuple[int, ...]) -> None:
+    layouts = _layouts(mesh_shape)
+    dtype = torch.bfloat16 if opt_name.endswith("bf16") else torch.float32
+    gen = torch.Generator().manual_seed(1)
+    values = [torch.randn(shape, generator=gen).to(dtype) for shape, _ in layouts]
+    ref_params = [nn.Parameter(v.clone()) for v in values]
+    # (every rank holds the same values: each takes its own shard, no scatter)
+    params = [nn.Parameter(distribute_tensor(v.clone(), mesh, pl, src_data_rank=None))
+              for v, (_, pl) in zip(values, layouts)]
+    for p, v in zip(params, values):  # (the layout is what it says: the shards make the whole)
+        assert torch.equal(p.full_tensor(), v)
+    opt = OPTIMIZERS[opt_name]([(f"p{i}", p) for i, p in enumerate(params)])
+    ref = OPTIMIZERS[opt_name]([(f"p{i}", p) for i, p in enumerate(ref_params)])
+    for k in range(4):
+        for p, q, (_, pl) in zip(params, ref_params, layouts):
+            g = torch.randn(q.shape, generator=gen).to(dtype)
+            q.grad = g.clone()
+            p.grad = distribute_tensor(g.clone(), mesh, pl, src_data_rank=None)
+        set_lr(opt, k)
+        set_lr(ref, k)
+        opt.step()
+        ref.step()
+    assert_same_run(opt, ref, f"{opt_name} on mesh {mesh_shape}")
+
+
 # ---- FSDP2 -------------------------------------------------------------------------------
 
 

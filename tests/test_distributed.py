@@ -37,6 +37,14 @@ def test_dtensor_params_on_2d_meshes():
     spawn("dtensor_exact", 2, ["lamb_clip", "lamb16", "lars"], [(1, 2), (2, 1)])
 
 
+@pytest.mark.parametrize("world, shapes", [(2, [(2,)]), (4, [(2, 2)])], ids=["2 ranks", "4 ranks 2x2"])
+def test_strided_and_2d_layouts_match_whole_tensors(world, shapes):
+    """_StridedShard (FSDP2 over tensor parallel), Shard x Shard, Replicate x Shard and uneven
+    shards: every optimizer's step equals the whole-tensor one (norms, amaxes, the clip)."""
+    names = ["lamb", "lamb_clip", "lamb16", "lars_plain", "adagrad", "lamb_sr_bf16"]
+    spawn("dtensor_layouts", world, names, shapes, timeout=300)
+
+
 def test_fsdp2_matches_single_process_and_grad_scaler():
     """FSDP2 at world size 2 (world size 3: the DTensor test above and the DCP resume);
     GradScaler with an inf in one rank's shard skips the step on every rank."""

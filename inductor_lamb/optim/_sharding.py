@@ -13,7 +13,11 @@ the traceable functional ones: a compiled step keeps them in its graph, and
 nothing syncs the host.
 
 Along a ``Replicate()`` mesh dimension each rank already holds the whole
-extent, so nothing is combined there.
+extent, so nothing is combined there. How a sharded dimension lays the elements out does not
+matter: ``Shard(d)`` with even or uneven shards (a rank may hold none), and ``_StridedShard``
+(FSDP2 on top of tensor parallel: TorchTitan's 2-D layouts) alike put each element on exactly one
+rank along that mesh dimension, so the partial sums and maxima of the local shards combine into
+the whole tensor's. Only ``Partial`` (values still to be reduced) is refused.
 """
 
 from __future__ import annotations
@@ -66,12 +70,12 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
                 raise ValueError(f"{who}: {key} of param {name} is a {_describe(t)} but the param is a plain "
                                  "tensor; param, grad and optimizer state must be sharded alike")
         return None
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Replicate
 
     for pl in p.placements:
-        if not isinstance(pl, (Shard, Replicate)):
-            raise ValueError(f"{who}: param {name} has placement {type(pl).__name__} ({pl}); only Shard(d) and "
-                             "Replicate() are supported (reduce Partial tensors first)")
+        if not (_is_shard(pl) or isinstance(pl, Replicate)):
+            raise ValueError(f"{who}: param {name} has placement {type(pl).__name__} ({pl}); only Shard(d), "
+                             "_StridedShard and Replicate() are supported (reduce Partial tensors first)")
     for key, t in (("grad", grad), *state.items()):
         if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
             continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
@@ -79,7 +83,16 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
             what = _describe(t) if is_dtensor(t) else "plain tensor"
             raise ValueError(f"{who}: {key} of param {name} is a {what} but the param is a {_describe(p)}; "
                              "param, grad and optimizer state must be sharded alike")
-    return Sharding(p.device_mesh, tuple(i for i, pl in enumerate(p.placements) if isinstance(pl, Shard)))
+    return Sharding(p.device_mesh, tuple(i for i, pl in enumerate(p.placements) if _is_shard(pl)))
+
+
+def _is_shard(placement: Any) -> bool:
+    """A placement that splits the tensor's elements among the ranks of its mesh dimension:
+    ``Shard(d)``, or ``_StridedShard`` (not a subclass of ``Shard``)."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return isinstance(placement, (Shard, _StridedShard))
 
 
 def same_mesh(a: Any, b: Any) -> bool:
