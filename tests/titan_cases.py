@@ -4,7 +4,8 @@ TorchTitan's trainer run on CPU ranks with gloo, and the trainer configs it is g
 TorchTitan expects an accelerator.
 
 Environment: ``TITAN_ASSETS`` (a folder with ``tokenizer/`` and ``data/``, made by
-``make_assets``), ``TITAN_OPTIMIZER`` (``Lamb``, ``Lamb16``, ``Lars``, ``Adagrad``, ``AdamW``).
+``make_assets``), ``TITAN_OPTIMIZER`` (``Lamb``, ``Lamb16``, ``Lars``, ``Adagrad``, ``ReferenceLamb``,
+or ``mixed``: Lamb16 on the attention, Lars on the feed-forward layers, Adagrad on the rest).
 """
 
 from __future__ import annotations
@@ -150,10 +151,18 @@ def debug_model():
     config.checkpoint = CheckpointManager.Config(enable=True, interval=2, last_save_model_only=False)
     kwargs = {"Lamb": dict(lr=2e-2, weight_decay=0.01), "ReferenceLamb": dict(lr=2e-2, weight_decay=0.01),
               "Lamb16": dict(lr=1e-2, weight_decay=0.01), "Lars": dict(lr=0.5, weight_decay=1e-4),
-              "Adagrad": dict(lr=2e-2)}[name]
-    config.optimizer = layerwise(name, **kwargs) if name != "ReferenceLamb" else _container().Config(
-        param_groups=[layerwise("Lamb").param_groups[0].__class__(pattern=".*", optimizer_name=name,
-                                                                optimizer_kwargs=kwargs)])
+              "Adagrad": dict(lr=2e-2)}
+    group = layerwise("Lamb").param_groups[0].__class__  # (TorchTitan's ParamGroupConfig)
+    if name == "mixed":  # one optimizer per part of the model, all in one container
+        config.optimizer = _container().Config(param_groups=[
+            group(pattern=r"attention", optimizer_name="Lamb16", optimizer_kwargs=kwargs["Lamb16"]),
+            group(pattern=r"feed_forward", optimizer_name="Lars", optimizer_kwargs=kwargs["Lars"]),
+            group(pattern=r".*", optimizer_name="Adagrad", optimizer_kwargs=kwargs["Adagrad"])])
+    elif name == "ReferenceLamb":
+        config.optimizer = _container().Config(param_groups=[group(pattern=".*", optimizer_name=name,
+                                                                   optimizer_kwargs=kwargs[name])])
+    else:
+        config.optimizer = layerwise(name, **kwargs[name])
     return config
 
 
