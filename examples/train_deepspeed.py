@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -38,20 +39,38 @@ def text() -> torch.Tensor:
     return torch.frombuffer(bytearray("\n\n".join(topics[k] for k in sorted(topics)).encode()), dtype=torch.uint8)
 
 
-def train(rank: int, world: int, args: argparse.Namespace) -> None:
-    import deepspeed
-    from transformers import GPT2Config, GPT2LMHeadModel
+def launch(fn: Callable[[int, int, argparse.Namespace], None], args: argparse.Namespace) -> None:
+    """fn(rank, world, args) on every rank: the ranks torchrun or the deepspeed launcher started
+    (RANK set), else ``args.world`` ranks spawned here on localhost."""
+    if "RANK" in os.environ:
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+        fn(dist.get_rank(), dist.get_world_size(), args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        args.store = os.path.join(tmp, "store")
+        torch.multiprocessing.spawn(fn, args=(args.world, args), nprocs=args.world)
 
-    if not dist.is_initialized():  # spawned here, not by a launcher
+
+def join(rank: int, world: int, args: argparse.Namespace, threads: int = 1) -> None:
+    """A spawned rank joins the others (gloo, through a file store); CPU ranks take ``threads``
+    threads each, GPU ranks a GPU each."""
+    if not dist.is_initialized():
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
         dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank, world_size=world)
     if args.device == "cpu":
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         import deepspeed.ops
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # (an inference-only op: not built)
     else:
         torch.cuda.set_device(rank % torch.cuda.device_count())
+
+
+def train(rank: int, world: int, args: argparse.Namespace) -> None:
+    import deepspeed
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    join(rank, world, args)
 
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=CONTEXT, vocab_size=256,
@@ -90,14 +109,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    args = ap.parse_args()
-    if "RANK" in os.environ:  # torchrun or the deepspeed launcher started the ranks
-        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-        train(dist.get_rank(), dist.get_world_size(), args)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        args.store = os.path.join(tmp, "store")
-        torch.multiprocessing.spawn(train, args=(args.world, args), nprocs=args.world)
+    launch(train, ap.parse_args())
 
 
 if __name__ == "__main__":

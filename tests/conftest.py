@@ -375,3 +375,24 @@ def _run_rank(rank: int, module: str, world: int, init_file: str, case: str, arg
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+# ---- C++ built on the host (tests/cpp): the shared headers with no torch or CUDA header ---------
+
+def host_library(tmp_path_factory, source: str, *flags: str):
+    """tests/cpp/``source`` built with the host C++ compiler into a shared library, loaded with
+    ctypes (skips the test without a compiler)."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path_factory.mktemp(source.split(".")[0]) / f"lib{source.split('.')[0]}.so"
+    subprocess.run([cxx, "-std=c++17", "-O2", *flags, "-Wall", "-Werror", "-shared", "-fPIC",
+                    "-I", os.path.join(root, "csrc"), os.path.join(root, "tests", "cpp", source), "-o", str(out)],
+                   check=True)
+    return ctypes.CDLL(str(out))

@@ -793,6 +793,9 @@ def test_docstring_documents_every_argument(name):
     cls = BY_CLASS[name].optim_cls
     doc = cls.__doc__
     assert "{" not in doc.split("Args:")[-1].split("State per parameter")[0], "an unfilled placeholder"
-    for arg in inspect.signature(cls.__init__).parameters:
+    from inductor_lamb.optim._base import FusedOptions
+
+    args = [a for a, p in inspect.signature(cls.__init__).parameters.items() if p.kind is not p.VAR_KEYWORD]
+    for arg in [*args, *FusedOptions.__annotations__]:  # (**options: the options every optimizer takes)
         if arg not in ("self", "params"):
             assert len(re.findall(rf"^ {{8}}{arg}: ", doc, re.M)) == 1, arg

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
-import shutil
-import subprocess
 
 import pytest
+from conftest import host_library
 from hypothesis import given
 from hypothesis import strategies as st
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHUNK = 16384  # kChunkElems
 THREADS = 256  # kThreads
 BASE = 1 << 20  # a 16-byte aligned address (the allocator's)
@@ -35,13 +32,7 @@ KERNELS = {
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    out = tmp_path_factory.mktemp("cuda_plan") / "libcuda_plan.so"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-I", os.path.join(ROOT, "csrc"),
-                    os.path.join(ROOT, "tests", "cpp", "cuda_plan.cpp"), "-o", str(out)], check=True)
-    lib = ctypes.CDLL(str(out))
+    lib = host_library(tmp_path_factory, "cuda_plan.cpp")
     u64p, intp = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)
     lib.head_of.argtypes = [u64p, intp, ctypes.c_int]
     lib.head_of.restype = ctypes.c_int

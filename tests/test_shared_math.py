@@ -6,34 +6,23 @@ same headers instantiated for at::vec vectors) and the float64 reference."""
 from __future__ import annotations
 
 import ctypes
-import os
-import shutil
-import subprocess
 
 import pytest
 import torch
-from conftest import assert_tensor_close, randn, raw_op_kwargs
+from conftest import assert_tensor_close, host_library, randn, raw_op_kwargs
 
 import inductor_lamb
 from inductor_lamb import reference, rounding
 from inductor_lamb._inductor.backends import TorchBackend
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 20000  # > 1 chunk, odd tail
 LRS = [0.02, 0.011, 0.005]
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    out = tmp_path_factory.mktemp("scalar_math") / "libscalar_math.so"
-    src = os.path.join(ROOT, "tests", "cpp", "scalar_math.cpp")
     # -ffp-contract=off: plain float rounding of every operation (no FMA), the scalar baseline
-    subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-shared", "-fPIC",
-                    "-I", os.path.join(ROOT, "csrc"), src, "-o", str(out)], check=True)
-    lib = ctypes.CDLL(str(out))
+    lib = host_library(tmp_path_factory, "scalar_math.cpp", "-ffp-contract=off")
     i64, f32, f64, i32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
     lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, f32]
     lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]

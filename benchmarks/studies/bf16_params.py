@@ -26,7 +26,6 @@ steps, master-copy traffic included).
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
@@ -42,7 +41,8 @@ from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 from benchmarks.common import machine_line, torchao_low_bit
-from benchmarks.studies.lm_convergence import BATCH, CLIP, MODEL, batch_at, evaluate, load_text, lr_factor, make_model, param_groups
+from benchmarks.studies.lm_convergence import (BATCH, CLIP, MODEL, batch_at, evaluate, load_text, lr_factor, make_model,
+                                                param_groups, study_args)
 
 import inductor_lamb
 from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
@@ -179,15 +179,9 @@ def _mean(runs: list[dict]) -> float:
 
 def main() -> None:
     names = list(recipes())
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = study_args(__doc__, "bf16_params")
     ap.add_argument("--recipes", nargs="+", default=names, choices=names)
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--lr-scale", type=float, default=1.0)
-    ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", default=str(HERE / "bf16_params.json"))
-    ap.add_argument("--plot", default=str(HERE / "bf16_params.png"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_text()

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 import benchmarks.studies.lm_convergence as lm
+from examples.train_deepspeed import join, launch
 
 import inductor_lamb
 
@@ -105,18 +104,7 @@ def train_unsharded(steps: int, data) -> list[float]:
 
 
 def run(rank: int, world: int, args: argparse.Namespace) -> None:
-    if not dist.is_initialized():
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-        backend = "nccl" if args.device == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"file://{args.store}", rank=rank, world_size=world)
-    if args.device == "cpu":
-        torch.set_num_threads(args.threads)
-        import deepspeed.ops
-
-        # (DeepSpeed's shared-memory all-reduce serves inference only: do not build it)
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    else:
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+    join(rank, world, args, threads=args.threads)
     data = lm.load_text()
     curves, seconds = {}, {}
     for name in OPTIMIZERS:
@@ -171,14 +159,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--plot")
     ap.add_argument("--json")
-    args = ap.parse_args()
-    if "RANK" in os.environ:  # launched by torchrun or the deepspeed launcher
-        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-        run(dist.get_rank(), dist.get_world_size(), args)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        args.store = os.path.join(tmp, "store")
-        torch.multiprocessing.spawn(run, args=(args.world, args), nprocs=args.world)
+    launch(run, ap.parse_args())
 
 
 if __name__ == "__main__":

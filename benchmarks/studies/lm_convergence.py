@@ -165,16 +165,23 @@ def plot(results: dict, best: dict, path: str) -> None:
     print(f"saved {path}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--optimizers", nargs="+", default=DEFAULT_OPTIMIZERS, choices=list(OPTIMIZERS))
+def study_args(doc: str, name: str) -> argparse.ArgumentParser:
+    """The options of a study on this GPT-2 (this one's, bf16_params'): steps, seeds, evaluation
+    interval, threads, and where its JSON and plot go (beside it, named ``name``)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--lrs", type=float, nargs="+", default=None, help="one grid for every optimizer")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--plot", default=str(HERE / "lm_convergence.png"))
-    ap.add_argument("--json", default=str(HERE / "lm_convergence.json"))
+    ap.add_argument("--plot", default=str(HERE / f"{name}.png"))
+    ap.add_argument("--json", default=str(HERE / f"{name}.json"))
+    return ap
+
+
+def main() -> None:
+    ap = study_args(__doc__, "lm_convergence")
+    ap.add_argument("--optimizers", nargs="+", default=DEFAULT_OPTIMIZERS, choices=list(OPTIMIZERS))
+    ap.add_argument("--lrs", type=float, nargs="+", default=None, help="one grid for every optimizer")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_text()

@@ -12,7 +12,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) update(Launch l, adagrad
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
     const float step = *c.t.step + 1.f;  // (incremented after this launch)
     const adagrad::Elem<float> e(adagrad::clr(*l.lr, double(step), h.lr_decay), h, mul);
-    walk(c, OneStateUpdate<P, adagrad::Elem<float>>{c.t, e, param_round<P>(h.stochastic_rounding, h.seed, step)});
+    walk(c, OneStateUpdate<P, adagrad::Elem<float>>{{c.t}, e, param_round<P>(h.stochastic_rounding, h.seed, step)});
   });
 }
 

@@ -12,25 +12,9 @@ namespace {
 constexpr int kClipSlot = 3;  // partials slot of the grad norm (pass 1 kernels write 0..3 after it is read)
 
 template <typename P>
-struct GradSumSq {
-  static constexpr int kElems = kPackElems<typename P::Storage>;
-  TensorMeta t;
-  float mul;
-  template <int W>
-  __device__ __forceinline__ Partials<1> operator()(Width<W>, int64_t i) const {
-    float g[W];
-    load_grad<W, P>(t, i, g);
-    Partials<1> s;
-#pragma unroll
-    for (int j = 0; j < W; ++j) s.v[0] += (g[j] * mul) * (g[j] * mul);
-    return s;
-  }
-};
-
-template <typename P>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) grad_sumsq(Launch l) {
   const float mul = grad_multiplier(l, false);
-  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, GradSumSq<P>{c.t, mul}), kClipSlot); });
+  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, SumsOfSquares<P, false>{{c.t}, mul}), kClipSlot); });
 }
 
 // One block: strided sums in double, then a fixed-order block reduction.

@@ -240,6 +240,20 @@ template <int W, typename P>
 __device__ __forceinline__ void load_grad(const TensorMeta& t, int64_t i, float (&g)[W]) {
   load<W, Access::ReadOnly, typename P::Storage>(t.grad, i, g);
 }
+// A pack of the param (as the math sees it) and of its grad, all loads issued together.
+template <int W, Access A, typename P>
+__device__ __forceinline__ void load_param_and_grad(const TensorMeta& t, int64_t i, float (&p)[W], float (&g)[W]) {
+  P::template load<W, A>(t, i, p);
+  load_grad<W, P>(t, i, g);
+}
+
+// What an element body of variant P holds first: its tensor, and its pack (kElems elements: one
+// 16-byte vector of the param, see kPackElems; LAMB16 sets its own).
+template <typename P>
+struct Body {
+  static constexpr int kElems = kPackElems<typename P::Storage>;
+  TensorMeta t;
+};
 // A float32 state list of a tensor.
 __device__ __forceinline__ float* state_f32(const TensorMeta& t, int k) { return static_cast<float*>(t.state[k]); }
 
@@ -249,6 +263,10 @@ __device__ __forceinline__ float* state_f32(const TensorMeta& t, int k) { return
 struct ParamRound {
   uint32_t key;
   bool on;
+  // x as stored: rounded onto P's grid with the hash of (key, hash_in, p0: the param before the
+  // step) where `on`, else as it is (the store rounds to nearest).
+  template <typename P>
+  __device__ __forceinline__ float apply(float x, float hash_in, float p0) const;
 };
 template <typename P>
 __device__ __forceinline__ ParamRound param_round(bool stochastic, int64_t seed, float step) {
@@ -264,10 +282,10 @@ __device__ __forceinline__ float round_param(float x, uint32_t hash) {
   else
     return rounding::round_param<rounding::F16, ScalarLanes>(x, hash);
 }
-// ... with the hash of (key, hash_in: the op's per-element input, p0: the param before the step).
 template <typename P>
-__device__ __forceinline__ float round_param(float x, uint32_t key, float hash_in, float p0) {
+__device__ __forceinline__ float ParamRound::apply(float x, float hash_in, float p0) const {
   using rounding::ScalarLanes;
+  if (!on) return x;
   return round_param<P>(x, rounding::param_hash(rounding::param_base(key, ScalarLanes::as_bits(hash_in)),
                                                  ScalarLanes::as_bits(p0)));
 }
@@ -384,27 +402,53 @@ __device__ __forceinline__ auto walk(const BlockChunk& c, const Body& body) {
 // The element loop of a one-pass update with one float32 state list (LARS, Adagrad):
 // p = e.step(g, p, s), s updated in place; a rounded param hashes the grad as stored.
 template <typename P, typename Elem>
-struct OneStateUpdate {
-  static constexpr int kElems = kPackElems<typename P::Storage>;
-  TensorMeta t;
+struct OneStateUpdate : Body<P> {
   Elem e;
   ParamRound round;
   template <int W>
   __device__ __forceinline__ NoPartials operator()(Width<W>, int64_t i) const {
+    const TensorMeta& t = this->t;
     float p[W], g[W], s[W];
-    P::template load<W, Access::Stream>(t, i, p);
-    load<W, Access::ReadOnly, typename P::Storage>(t.grad, i, g);
+    load_param_and_grad<W, Access::Stream, P>(t, i, p, g);
     load<W, Access::Stream, float>(t.state[0], i, s);
 #pragma unroll
-    for (int j = 0; j < W; ++j) {
-      const float x = e.step(g[j], p[j], s[j]);
-      p[j] = round.on ? round_param<P>(x, round.key, g[j], p[j]) : x;
-    }
+    for (int j = 0; j < W; ++j) p[j] = round.apply<P>(e.step(g[j], p[j], s[j]), g[j], p[j]);
     store<W, Access::Stream, float>(t.state[0], i, s);
     P::template store<W, Access::Stream>(t, i, p);
     return {};
   }
 };
+
+// The sums of squares of a pack's params (when kParams) and scaled grads (LARS's norms; the
+// global grad norm of clipping).
+template <typename P, bool kParams>
+struct SumsOfSquares : Body<P> {
+  float mul;  // of the grads
+  template <int W>
+  __device__ __forceinline__ Partials<kParams ? 2 : 1> operator()(Width<W>, int64_t i) const {
+    float p[W], g[W];
+    if constexpr (kParams) load_param_and_grad<W, Access::Keep, P>(this->t, i, p, g);
+    else load_grad<W, P>(this->t, i, g);
+    Partials<kParams ? 2 : 1> s;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if constexpr (kParams) s.v[0] += p[j] * p[j];
+      s.v[kParams] += (g[j] * mul) * (g[j] * mul);
+    }
+    return s;
+  }
+};
+
+// LAMB's and LAMB16's pass-1 element: the new moments (m, v in place), its update u, and the
+// partials ||p||^2, ||u||^2 (g already scaled).
+template <typename Elem, int N, int M>
+__device__ __forceinline__ void moments_and_norms(const Elem& e, float g, float p, float& m, float& v,
+                                                  Partials<N, M>& s) {
+  e.moments(g, m, v);
+  const float u = e.update(p, m, v);
+  s.v[0] += p * p;
+  s.v[1] += u * u;
+}
 
 // Per tensor t, the sum (or max) over its chunks of partial j, by one warp: lane k takes chunks
 // k, k + 32, ... in order, then a fixed butterfly; every lane gets it.

@@ -11,16 +11,14 @@ using Elem = lamb::Elem<float>;
 enum { kInvBc1 = 0, kInvBc2 = 1, kStepSize = 2 };
 
 template <typename P>
-struct Pass1 {
-  static constexpr int kElems = kPackElems<typename P::Storage>;
-  TensorMeta t;
+struct Pass1 : Body<P> {
   Elem e;
   float mul;
   template <int W>
   __device__ __forceinline__ Partials<2> operator()(Width<W>, int64_t i) const {
+    const TensorMeta& t = this->t;
     float p[W], g[W];
-    P::template load<W, Access::Keep>(t, i, p);
-    load_grad<W, P>(t, i, g);
+    load_param_and_grad<W, Access::Keep, P>(t, i, p, g);
     Partials<2> s;
     // m and v one 16-byte vector at a time, each written before the next is read: with 16-bit
     // params (8 elements a pack) all of them at once would not leave half an SM's threads resident.
@@ -31,12 +29,7 @@ struct Pass1 {
       load<S, Access::Keep, float>(t.state[0], i + h, m);
       load<S, Access::Keep, float>(t.state[1], i + h, v);
 #pragma unroll
-      for (int j = 0; j < S; ++j) {
-        e.moments(g[h + j] * mul, m[j], v[j]);
-        const float u = e.update(p[h + j], m[j], v[j]);
-        s.v[0] += p[h + j] * p[h + j];
-        s.v[1] += u * u;
-      }
+      for (int j = 0; j < S; ++j) moments_and_norms(e, g[h + j] * mul, p[h + j], m[j], v[j], s);
       store<S, Access::Keep, float>(t.state[0], i + h, m);
       store<S, Access::Keep, float>(t.state[1], i + h, v);
     }
@@ -45,23 +38,20 @@ struct Pass1 {
 };
 
 template <typename P>
-struct Pass2 {
-  static constexpr int kElems = kPackElems<typename P::Storage>;
-  TensorMeta t;
+struct Pass2 : Body<P> {
   Elem e;
   float step_size;
   ParamRound round;
   template <int W>
   __device__ __forceinline__ NoPartials operator()(Width<W>, int64_t i) const {
+    const TensorMeta& t = this->t;
     float p[W], m[W], v[W];
     P::template load<W, Access::Stream>(t, i, p);
     load<W, Access::Stream, float>(t.state[0], i, m);
     load<W, Access::Stream, float>(t.state[1], i, v);
 #pragma unroll
-    for (int j = 0; j < W; ++j) {
-      const float x = p[j] - step_size * e.update(p[j], m[j], v[j]);
-      p[j] = round.on ? round_param<P>(x, round.key, m[j], p[j]) : x;  // (hashes the new m, as on CPU)
-    }
+    for (int j = 0; j < W; ++j)  // (a rounded param hashes the new m, as on CPU)
+      p[j] = round.apply<P>(p[j] - step_size * e.update(p[j], m[j], v[j]), m[j], p[j]);
     P::template store<W, Access::Stream>(t, i, p);
     return {};
   }
@@ -75,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass1(Launch l, lamb::Hy
     const double step = double(*c.t.step) + 1.0;  // the totals kernel stores it
     const Elem e(k, lamb::inv_bias_correction(*h.beta1, step, h.bias_correction),
                  lamb::inv_bias_correction(*h.beta2, step, h.bias_correction));
-    write_partials(l, c.chunk, walk(c, Pass1<P>{c.t, e, mul}));
+    write_partials(l, c.chunk, walk(c, Pass1<P>{{c.t}, e, mul}));
   });
 }
 
@@ -85,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass2(Launch l, lamb::Hy
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
     const float* k = l.coeffs + c.tensor * kCoeffs;
     const Elem e(consts, k[kInvBc1], k[kInvBc2]);
-    walk(c, Pass2<P>{c.t, e, k[kStepSize], param_round<P>(h.stochastic_rounding, h.seed, *c.t.step)});
+    walk(c, Pass2<P>{{c.t}, e, k[kStepSize], param_round<P>(h.stochastic_rounding, h.seed, *c.t.step)});
   });
 }
 

@@ -22,21 +22,20 @@ template <typename P, int W>
 constexpr int kSub = W == 1 ? 1 : kPackElems<typename P::Storage>;
 
 template <typename P>
-struct Pass1 {
+struct Pass1 : Body<P> {
   static constexpr int kElems = 16;  // one 16-byte vector of each code stream
-  TensorMeta t;
   Elem e;
   float mul;
   template <int W>
   __device__ __forceinline__ Partials<2, 2> operator()(Width<W>, int64_t i) const {
+    const TensorMeta& t = this->t;
     constexpr int N = kPair<W>, H = kSub<P, W>;
     const Codes<W> mc = load_codes<W, Access::Keep>(t.state[0], i), vc = load_codes<W, Access::Keep>(t.state[1], i);
     Partials<2, 2> s;  // ||p||^2, ||u||^2, amax |m|, amax v
 #pragma unroll
     for (int h = 0; h < W; h += H) {
       float p[H], g[H];
-      P::template load<H, Access::Keep>(t, i + h, p);
-      load_grad<H, P>(t, i + h, g);
+      load_param_and_grad<H, Access::Keep, P>(t, i + h, p, g);
 #pragma unroll
       for (int j = 0; j < H; j += N) {
         float m[N], v[N];
@@ -44,10 +43,7 @@ struct Pass1 {
         decode<__NV_E5M2>(vc.get(h + j, N), v);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-          e.moments(g[j + k] * mul, m[k], v[k]);
-          const float u = e.update(p[j + k], m[k], v[k]);
-          s.v[0] += p[j + k] * p[j + k];
-          s.v[1] += u * u;
+          moments_and_norms(e, g[j + k] * mul, p[j + k], m[k], v[k], s);
           s.v[2] = nan_max(s.v[2], fabsf(m[k]));
           s.v[3] = nan_max(s.v[3], v[k]);
         }
@@ -58,9 +54,8 @@ struct Pass1 {
 };
 
 template <typename P>
-struct Pass2 {
+struct Pass2 : Body<P> {
   static constexpr int kElems = 16;  // one 16-byte vector of each code stream
-  TensorMeta t;
   Elem e;
   float mul, step_size;
   uint32_t key;    // of the moments' stochastic rounding
@@ -68,10 +63,10 @@ struct Pass2 {
   template <int W>
   __device__ __forceinline__ NoPartials operator()(Width<W>, int64_t i) const {
     using namespace rounding;
+    const TensorMeta& t = this->t;
     constexpr int N = kPair<W>;
     float p[W], g[W];
-    P::template load<W, Access::Stream>(t, i, p);
-    load_grad<W, P>(t, i, g);
+    load_param_and_grad<W, Access::Stream, P>(t, i, p, g);
     const Codes<W> mc = load_codes<W, Access::Stream>(t.state[0], i), vc = load_codes<W, Access::Stream>(t.state[1], i);
     Codes<W> m_out, v_out;
 #pragma unroll
@@ -111,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass1(Launch l, lamb16::
   const lamb16::Consts k = lamb16::consts(h);
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
     const Elem e(k, lamb16::beta_scale(h.beta1, *c.t.scalar[0]), lamb16::beta_scale(h.beta2, *c.t.scalar[1]));
-    write_partials(l, c.chunk, walk(c, Pass1<P>{c.t, e, mul}));
+    write_partials(l, c.chunk, walk(c, Pass1<P>{{c.t}, e, mul}));
   });
 }
 
@@ -123,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass2(Launch l, lamb16::
     const float* k = l.coeffs + c.tensor * kCoeffs;
     const Elem e(consts, k[kBeta1Scale], k[kBeta2Scale], k[kInvMScale], k[kInvVScale]);
     const uint32_t key = h.stochastic_rounding ? rounding::tensor_key(h.seed, *c.t.step) : 0u;  // (incremented)
-    walk(c, Pass2<P>{c.t, e, mul, k[kStepSize], key, h.stochastic_rounding});
+    walk(c, Pass2<P>{{c.t}, e, mul, k[kStepSize], key, h.stochastic_rounding});
   });
 }
 

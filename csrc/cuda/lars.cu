@@ -9,26 +9,6 @@ namespace {
 
 enum { kLocalLr = 0 };
 
-template <typename P>
-struct Norms {
-  static constexpr int kElems = kPackElems<typename P::Storage>;
-  TensorMeta t;
-  float mul;
-  template <int W>
-  __device__ __forceinline__ Partials<2> operator()(Width<W>, int64_t i) const {
-    float p[W], g[W];
-    P::template load<W, Access::Keep>(t, i, p);
-    load_grad<W, P>(t, i, g);
-    Partials<2> s;
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      s.v[0] += p[j] * p[j];
-      s.v[1] += (g[j] * mul) * (g[j] * mul);
-    }
-    return s;
-  }
-};
-
 __device__ __forceinline__ float grad_mul(const Launch& l, const lars::Hyper& h) {
   return lars::grad_mul(h, grad_multiplier(l, false));
 }
@@ -36,7 +16,7 @@ __device__ __forceinline__ float grad_mul(const Launch& l, const lars::Hyper& h)
 template <typename P>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) norms(Launch l, lars::Hyper h, bool) {
   const float mul = grad_mul(l, h);
-  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, Norms<P>{c.t, mul})); });
+  for_each_chunk<P>(l, [&](const BlockChunk& c) { write_partials(l, c.chunk, walk(c, SumsOfSquares<P, true>{{c.t}, mul})); });
 }
 
 template <typename P>
@@ -45,7 +25,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) update(Launch l, lars::H
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
     const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(c.t.options.weight_decay), mul);
     // (LARS counts no steps: its params' rounding keys on step 0)
-    walk(c, OneStateUpdate<P, lars::Elem<float>>{c.t, e, param_round<P>(h.stochastic_rounding, h.seed, 0.f)});
+    walk(c, OneStateUpdate<P, lars::Elem<float>>{{c.t}, e, param_round<P>(h.stochastic_rounding, h.seed, 0.f)});
   });
 }
 

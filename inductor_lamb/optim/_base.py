@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -26,7 +26,7 @@ from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, c
                          check_seed,
                          group_device, group_dtype, plain_group)
 
-__all__ = ["FusedOptimizer", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
+__all__ = ["FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
            "check_momentum", "check_nonnegative", "check_seed"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -49,6 +49,16 @@ stochastic_rounding: write bfloat16/float16 params that have no master copy
 unscale_in_step: GradScaler unscales the grads inside the step (see
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).""",
 }
+
+
+class FusedOptions(TypedDict, total=False):
+    """The keyword-only options every optimizer takes, passed through to
+    :class:`FusedOptimizer` (documented in each optimizer's docstring)."""
+
+    master_weights: bool
+    stochastic_rounding: bool
+    seed: int
+    unscale_in_step: bool
 
 
 class FusedOptimizer(CheckpointState, Buckets, Optimizer):

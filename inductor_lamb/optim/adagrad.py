@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from typing_extensions import Unpack
+
 import torch
 from torch import Tensor
 
 from .. import ops, reference
 from ..spec import ADAGRAD
-from ._base import FusedOptimizer, OpFamily, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
 __all__ = ["Adagrad"]
 
@@ -54,10 +56,7 @@ class Adagrad(FusedOptimizer):
         eps: float = 1e-10,
         *,
         maximize: bool = False,
-        master_weights: bool = False,
-        stochastic_rounding: bool = True,
-        seed: int = 0,
-        unscale_in_step: bool = False,
+        **options: Unpack[FusedOptions],
     ) -> None:
         check_nonnegative(lr_decay=lr_decay, weight_decay=weight_decay,
                           initial_accumulator_value=initial_accumulator_value, eps=eps)
@@ -65,8 +64,7 @@ class Adagrad(FusedOptimizer):
             lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize,
         )
-        super().__init__(params, defaults, master_weights=master_weights,
-                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, **options)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return float(group.get("initial_accumulator_value", 0.0))

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from typing_extensions import Unpack
+
 from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -67,10 +69,7 @@ class Lamb(FusedOptimizer):
         always_adapt: bool = False,
         trust_clip: bool = False,
         max_grad_norm: float = 0.0,
-        master_weights: bool = False,
-        stochastic_rounding: bool = True,
-        seed: int = 0,
-        unscale_in_step: bool = False,
+        **options: Unpack[FusedOptions],
     ) -> None:
         check_betas(betas)
         check_nonnegative(eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
@@ -79,8 +78,7 @@ class Lamb(FusedOptimizer):
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
             max_grad_norm=max_grad_norm,
         )
-        super().__init__(params, defaults, master_weights=master_weights,
-                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, **options)
 
     def _adopt_foreign_group(self, group: dict[str, Any], num_groups: int) -> list[str]:
         """timm's ``Lamb`` and apex's ``FusedLAMB`` groups: the same hyper-parameters

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from typing_extensions import Unpack
+
 import torch
 from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LAMB16
-from ._base import FusedOptimizer, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_lr, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -74,19 +76,14 @@ class Lamb16(FusedOptimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         trust_scale: float = 0.382,
-        *,
-        master_weights: bool = False,
-        stochastic_rounding: bool = True,
-        seed: int = 0,
-        unscale_in_step: bool = False,
+        **options: Unpack[FusedOptions],
     ) -> None:
         check_betas(betas)
         check_nonnegative(eps=eps, weight_decay=weight_decay, trust_scale=trust_scale)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_scale=trust_scale,
         )
-        super().__init__(params, defaults, master_weights=master_weights,
-                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, **options)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return 1.0 if key in self._scalar_state_keys else 0.0

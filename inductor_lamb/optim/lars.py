@@ -6,11 +6,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from typing_extensions import Unpack
+
 from torch import Tensor
 
 from .. import ops, reference
 from ..spec import LARS
-from ._base import FusedOptimizer, OpFamily, check_lr, check_momentum, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_lr, check_momentum, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -85,10 +87,7 @@ class Lars(FusedOptimizer):
         exclude_from_weight_decay: Exclusion = None,
         exclude_from_layer_adaptation: Exclusion = None,
         rescale_grad: float = 1.0,
-        master_weights: bool = False,
-        stochastic_rounding: bool = True,
-        seed: int = 0,
-        unscale_in_step: bool = False,
+        **options: Unpack[FusedOptions],
     ) -> None:
         check_nonnegative(momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps)
         self._no_decay = _matcher(exclude_from_weight_decay, "exclude_from_weight_decay")
@@ -98,8 +97,7 @@ class Lars(FusedOptimizer):
             lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
             rescale_grad=rescale_grad,
         )
-        super().__init__(params, defaults, master_weights=master_weights,
-                         stochastic_rounding=stochastic_rounding, seed=seed, unscale_in_step=unscale_in_step)
+        super().__init__(params, defaults, **options)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
