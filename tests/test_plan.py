@@ -178,3 +178,27 @@ def test_bad_input_raises_the_unplanned_error_and_writes_nothing():
         opt.step()
     assert all(torch.equal(p, b) for p, b in zip(params[4:], before[4:]))  # (the groups checked with the call)
     assert all(torch.equal(p, b) for p, b in zip(params[:4], before[:4]))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_step_under_fake_tensor_mode_is_not_planned(name, builds):
+    """Fake tensors (a trace of the step: `tools/cuda_codegen.py` makes the state this way) carry
+    the Python dispatch key, which the prepared calls do not take: the step runs unplanned."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cls, kw = OPTIMIZERS[name]
+    with FakeTensorMode():
+        params = [torch.nn.Parameter(torch.randn(s)) for s in SHAPES]
+        opt = cls(params, **kw)
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt.step()
+        assert all(type(s) is not torch.Tensor for st in opt.state.values() for s in st.values()
+                   if isinstance(s, torch.Tensor))
+    assert builds[0] == 0
+    params, opt = make(name)  # (and real tensors after it are planned)
+    for p in params:
+        p.grad = torch.randn(p.shape)
+    opt.step()
+    assert builds[0] == 2

@@ -48,6 +48,17 @@ _grad = operator.attrgetter("grad")
 _values = dict.values
 
 
+def _plain(p: Tensor) -> bool:
+    """A param and its grad are plain strided tensors, as the prepared calls take them (no tensor
+    subclass or fake tensor: the Python dispatch key; a step under ``FakeTensorMode`` is a trace,
+    not a step to repeat)."""
+    return all(t is None or (t.layout == torch.strided and not torch._C._dispatch_keys(t).has(_PYTHON))
+               for t in (p, p.grad))
+
+
+_PYTHON = torch._C.DispatchKey.Python
+
+
 class GroupPlan:
     """One param group's buckets (as ``Buckets._group_buckets`` made them) and op calls."""
 
@@ -102,7 +113,8 @@ class GroupPlan:
         own = {id(p) for p in group["params"]}
         return all(b.get("sharding") is None and not b.get("sparse") and b["params"]
                    and b["params"][0].dtype != torch.float64 and all(id(p) in own for p in b["params"])
-                   for b in buckets.values())
+                   for b in buckets.values()) and all(map(_plain, group["params"]))
+
 
     def holds(self, opt: Any, group: dict[str, Any]) -> list[Tensor] | None:
         """The group's grads when the plan still holds for it, else None."""
