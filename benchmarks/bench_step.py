@@ -236,6 +236,20 @@ def run_rounding(args) -> None:
                   f"{times[True] / times[False]:.3f} |", flush=True)
 
 
+def cuda_graphed(fn):
+    """``fn`` captured in a CUDA graph (warmed up on a side stream first): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        fn()
+    return graph.replay
+
+
 def run_cuda(args) -> list[dict]:
     """The CUDA tables: every row built, timed and freed in turn (BERT-large state is GBs)."""
     from benchmarks.common import bench_cuda, cuda_copy_bandwidth
@@ -248,7 +262,8 @@ def run_cuda(args) -> list[dict]:
     twins = {"lamb": ("torch AdamW(fused=True) (twin)", "adamw", torch.optim.AdamW, dict(fused=True)),
              "lamb16": ("inductor_lamb LAMB op (fp32 state)", "lamb", None, {}),
              "lars": ("torch SGD(momentum, fused=True)", "sgd", torch.optim.SGD, dict(momentum=0.9, fused=True)),
-             "adagrad": ("torch Adagrad(fused=True)", "adagrad", torch.optim.Adagrad, dict(fused=True))}
+             # torch's fused Adagrad is CPU-only
+             "adagrad": ("torch Adagrad(foreach=True)", "adagrad", torch.optim.Adagrad, dict(foreach=True))}
     results = []
     for kind in args.ops:
         for w, shapes in workloads.items():
@@ -271,9 +286,23 @@ def run_cuda(args) -> list[dict]:
                            (lambda: lamb_op(shapes, "cuda")) if cls is None else (lambda: torch_optimizer(cls, shapes, "cuda", lr=1e-4, **tkw))))
             if args.peers:
                 makers += peer_rows(kind, shapes, "cuda")
+            if w == "1000 small tensors":  # what removes the per-tensor host cost
+                makers += [
+                    (f"inductor_lamb {OPTIMIZERS[kind].__name__} opt.step()", BYTES_PER_PARAM[kind],
+                     lambda: torch_optimizer(OPTIMIZERS[kind], shapes, "cuda", lr=1e-4)),
+                    ("inductor_lamb op in a CUDA graph", BYTES_PER_PARAM[kind],
+                     lambda: cuda_graphed(lambda s=make_state(shapes, kind=kind, device="cuda"): OURS[kind](*s, lr=lr, **kw)))]
+                if kind == "lamb":
+                    makers.append(("torch AdamW(fused, capturable) in a CUDA graph", BYTES_PER_PARAM["adamw"],
+                                   lambda: cuda_graphed(torch_optimizer(torch.optim.AdamW, shapes, "cuda", lr=1e-4,
+                                                                        fused=True, capturable=True))))
             table = []
             for method, fl, make in tqdm(makers, desc=f"{kind} {w}", file=sys.stderr, leave=False):
-                fn = make()
+                try:
+                    fn = make()
+                except Exception as e:  # a peer that cannot run here leaves a note, not a dead table
+                    print(f"{method}: {type(e).__name__}: {e}", file=sys.stderr)
+                    continue
                 with torch.no_grad():
                     t = bench_cuda(fn, min_time=args.min_time)
                     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -255,6 +255,9 @@ def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | Non
 def op_args(case: str, layout: str | None = None, dtype=torch.float32, shapes=MIXED_SHAPES, seed=0):
     """(op name, list arguments, kwargs for the raw op) for ``case`` on random data."""
     name, kwargs = OP_CASES[case]
+    # per-param option lists (LARS's weight_decay, layer_adaptation) cycled to one per param
+    kwargs = {k: [v[i % len(v)] for i in range(len(shapes))] if isinstance(v, list) else v
+              for k, v in kwargs.items()}
     args = spec_lists(name, shapes, dtype=dtype, seed=seed, layout=layout)
     kwargs = raw_op_kwargs(name, kwargs)
     if dtype != torch.float32:
