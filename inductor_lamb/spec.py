@@ -189,7 +189,7 @@ class OpSpec:
                 v = float(v)
                 if not a.in_range(v):
                     raise RuntimeError(f"{self.name}: invalid {a.name} {_num(v)}, expected a value in {a.range_text()}")
-                v = torch.tensor(v, dtype=torch.float32, device=device)
+                v = _scalar_tensor(v, device)
             elif a.role is Role.FLOATS:
                 v = [float(v)] if isinstance(v, (int, float)) else [float(x) for x in v]
             elif a.role is Role.BOOLS:
@@ -231,6 +231,15 @@ class _Args:
     def __init__(self, **kwargs: Any) -> None:
         for k, v in kwargs.items():
             setattr(self, k, v)
+
+
+def _scalar_tensor(v: float, device: torch.device) -> Tensor:
+    """A 0-d float32 tensor of ``v`` on ``device``. While a CUDA graph is being captured, a fill
+    kernel (captured with the step) instead of a copy from pageable host memory, which capture
+    refuses."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.full((), v, dtype=torch.float32, device=device)
+    return torch.tensor(v, dtype=torch.float32, device=device)
 
 
 def _num(v: float) -> str:

@@ -227,6 +227,33 @@ def test_cuda_graph_capture_and_replay(case):
     assert_lists_close(g_args, eager_args, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kind", ["lamb", "lamb16", "lars"])
+def test_cuda_graph_capture_of_the_typed_wrappers(kind):
+    """``inductor_lamb.ops`` turns float hyper-parameters into device tensors: under capture with
+    fill kernels (a copy from pageable host memory cannot be captured), replayed with the values
+    of the eager call."""
+    from benchmarks.bench_step import KWARGS, OURS, make_state
+
+    shapes = [(33, 17), (7,), (), (40000,)]
+    eager, captured = make_state(shapes, kind=kind, device="cuda"), make_state(shapes, kind=kind, device="cuda")
+    lr = torch.tensor(0.01, device="cuda")
+    kw = dict(KWARGS[kind], **({"momentum": 0.8} if kind == "lars" else {"beta1": 0.8, "beta2": 0.99}))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        OURS[kind](*captured, lr=lr, **kw)  # warm-up
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        OURS[kind](*captured, lr=lr, **kw)
+    OURS[kind](*eager, lr=lr, **kw)
+    for _ in range(2):
+        graph.replay()
+        OURS[kind](*eager, lr=lr, **kw)
+    torch.cuda.synchronize()
+    assert_lists_close(list(captured), list(eager), rtol=0, atol=0)
+
+
 def test_opcheck_cuda():
     for case in ("lamb_all_options", "lamb16", "lars", "adagrad"):
         # nine params: the lars case gives one weight decay per param of MIXED_SHAPES

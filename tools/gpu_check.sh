@@ -4,8 +4,9 @@
 # $OUT (or /tmp):
 #
 #   bash tools/gpu_check.sh 1        # build, tests/test_cuda.py, the four ops' step tables
-#                                    # against their torch twins (about 6 minutes on an H100:
-#                                    # build 41 s, tests 110 s)
+#                                    # against their torch twins, an ncu profile of LAMB16's
+#                                    # and LAMB's kernels (about 5 minutes on an H100: build
+#                                    # 50 s, tests 140 s)
 #   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), the GPT-2
 #                                    # training step, FSDP2 + Lamb on NCCL (world size 1) against
 #                                    # CPU/gloo, the step tables' peers (reference, timm, torchao)
@@ -59,8 +60,16 @@ for half in "${halves[@]}"; do
     $py -m pytest -q -n 8 --timeout 300 -p no:cacheprovider tests/test_cuda.py 2>&1 | grep -v "^DEBUG" > "$out/test_cuda.txt"
     tests=${PIPESTATUS[0]}
     tail -40 "$out/test_cuda.txt"
-    $py -m benchmarks.bench_step --device cuda --min-time 0.3 --no-peers --ops lamb lars adagrad lamb16 2>&1 \
+    $py -m benchmarks.bench_step --device cuda --min-time 0.3 --no-peers --ops lamb lamb16 lars adagrad 2>&1 \
       | tee "$out/bench_step_cuda_1.txt"
+    # LAMB16's and LAMB's kernels of one BERT-large step, profiled (where ncu is installed)
+    if command -v ncu > /dev/null; then
+      for op in lamb16 lamb; do
+        timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          -k regex:"pass|finish" --launch-skip 6 --launch-count 3 $py -m tools.profile_step $op > "$out/ncu_$op.txt" 2>&1
+        grep -E "^  [a-z_0-9:<>]+.*\(|Duration|DRAM Throughput|Memory Throughput" "$out/ncu_$op.txt" | cut -c1-120
+      done
+    fi
   elif [ "$half" = 2 ]; then
     $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
       | tee "$out/train_step_gpt2.txt"

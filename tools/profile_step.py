@@ -1,9 +1,12 @@
 """One op's step on the BERT-large-like list, run a few times for a kernel profiler:
 
-    ncu --section SpeedOfLight --launch-skip 6 --launch-count 3 python -m tools.profile_step lamb16
+    ncu --section SpeedOfLight -k regex:"pass|finish|update|norms" --launch-skip 6 --launch-count 3 \
+        python -m tools.profile_step lamb16
 
-The first calls warm up (module load, tables); each later call launches the op's kernels once
-(pass 1, the per-tensor totals, pass 2), so ``--launch-skip 6 --launch-count 3`` profiles one step.
+Each call launches the op's kernels once (LAMB and LAMB16: pass1, finish_and_coeffs, pass2;
+LARS: norms, finish_and_coeffs, update; Adagrad: update, increment_steps), after the random
+state's own kernels, which the kernel-name filter leaves out; skipping the first two calls
+keeps the warm-up (module load, the tensor table's upload) out of the profile.
 """
 
 from __future__ import annotations
