@@ -5,7 +5,7 @@ TorchTitan expects an accelerator.
 
 Environment: ``TITAN_ASSETS`` (a folder with ``tokenizer/`` and ``data/``, made by
 ``make_assets``), ``TITAN_OPTIMIZER`` (``Lamb``, ``Lamb16``, ``Lars``, ``Adagrad``, ``ReferenceLamb``,
-or ``mixed``: Lamb16 on the attention, Lars on the feed-forward layers, Adagrad on the rest).
+``CheckedLamb``: ``Lamb`` with each step checked against a whole-tensor LAMB's, or ``mixed``: Lamb16 on the attention, Lars on the feed-forward layers, Adagrad on the rest).
 """
 
 from __future__ import annotations
@@ -62,9 +62,30 @@ def _dense_attention():
     return DenseMaskAttention
 
 
+def _full_norm(t):
+    """A tensor's norm; a DTensor's from its full tensor, or with ``TITAN_SHARD_NORMS=1`` (the
+    mistake the check must catch) from this rank's shard."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.to_local() if os.environ.get("TITAN_SHARD_NORMS") == "1" else t.full_tensor()
+    return t.double().norm()
+
+
+def reference_step(p, grad, m, v, step, group):
+    """One step of a plain LAMB on whole tensors (a DTensor's norms from its full tensor, the
+    element-wise math on its shards): the new (p, m, v), ``step`` counting this one."""
+    b1, b2 = group["betas"]
+    m = m * b1 + grad * (1 - b1)
+    v = v * b2 + grad * grad * (1 - b2)
+    u = (m / (1 - b1 ** step)) / ((v / (1 - b2 ** step)).sqrt() + group["eps"]) + group["weight_decay"] * p
+    pn, un = _full_norm(p), _full_norm(u)
+    ratio = float(pn / un) if group["weight_decay"] != 0 and pn > 0 and un > 0 else 1.0
+    return p - float(group["lr"]) * ratio * u, m, v
+
+
 class ReferenceLamb(__import__("torch").optim.Optimizer):
-    """LAMB in plain torch ops on whole tensors (the reference Lamb is compared with): DTensor
-    params' norms from their full tensors, element-wise math on the shards."""
+    """LAMB in plain torch ops on whole tensors (reference_step)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, **_):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -72,14 +93,8 @@ class ReferenceLamb(__import__("torch").optim.Optimizer):
     @__import__("torch").no_grad()
     def step(self, closure=None):
         import torch
-        from torch.distributed.tensor import DTensor
-
-        def norm(t):
-            return (t.full_tensor() if isinstance(t, DTensor) else t).double().norm()
 
         for group in self.param_groups:
-            b1, b2 = group["betas"]
-            lr = float(group["lr"])
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -87,13 +102,52 @@ class ReferenceLamb(__import__("torch").optim.Optimizer):
                 if not st:
                     st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
                 st["step"] += 1
-                st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
-                st["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                u = (st["m"] / (1 - b1 ** st["step"])) / ((st["v"] / (1 - b2 ** st["step"])).sqrt() + group["eps"])
-                u = u + group["weight_decay"] * p
-                pn, un = norm(p), norm(u)
-                ratio = float(pn / un) if group["weight_decay"] != 0 and pn > 0 and un > 0 else 1.0
-                p.add_(u, alpha=-lr * ratio)
+                new_p, st["m"], st["v"] = reference_step(p, p.grad, st["m"], st["v"], st["step"], group)
+                p.copy_(new_p)
+
+
+def checked(opt):
+    """``opt`` (a ``Lamb``) with every step checked against reference_step from the same params,
+    grads and moments: each param, moment and second moment within float32 rounding of the
+    reference (a shard's own norms would be off by the size of the update). Rank 0 prints the
+    largest error of each step; a larger one fails the run."""
+    import torch
+
+    before = {}
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    def pre(opt, args, kwargs):
+        before.clear()
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    st = opt.state[p]
+                    zeros = torch.zeros_like(p)
+                    before[p] = (group, p.detach().clone(), p.grad.detach().clone(),
+                                 st["exp_avg"].clone() if st else zeros, st["exp_avg_sq"].clone() if st else zeros,
+                                 float(st["step"]) + 1 if st else 1.0)
+
+    @torch.no_grad()
+    def post(opt, args, kwargs):
+        worst = 0.0
+        for p, (group, p0, grad, m0, v0, step) in before.items():
+            group = dict(group, lr=float(group["lr"]), betas=tuple(float(b) for b in group["betas"]))
+            want_p, want_m, want_v = reference_step(p0.double(), grad.double(), m0.double(), v0.double(), step, group)
+            st = opt.state[p]
+            for got, want, scale in ((p, want_p, (want_p - p0.double()).abs()), (st["exp_avg"], want_m, want_m.abs()),
+                                     (st["exp_avg_sq"], want_v, want_v.abs())):
+                err = local(got.double() - want).abs().max().item() if local(got).numel() else 0.0
+                err /= max(local(scale).abs().max().item() if local(scale).numel() else 0.0, 1e-30)
+                worst = max(worst, err)
+        assert worst < 1e-4, f"Lamb's step is {worst:.2e} away from a whole-tensor LAMB's step"
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"reference check: largest error {worst:.2e}", flush=True)
+
+    opt.register_step_pre_hook(pre)
+    opt.register_step_post_hook(post)
+    return opt
 
 
 def _container():
@@ -112,6 +166,9 @@ def _container():
             if name == "ReferenceLamb":
                 return lambda groups, **kw: ReferenceLamb([{k: v for k, v in g.items() if k not in ("fused", "foreach")}
                                                            for g in groups])
+            if name == "CheckedLamb":
+                lamb = OptimizersContainer._resolve_optimizer_factory("Lamb")
+                return lambda *args, **kw: checked(lamb(*args, **kw))
             return OptimizersContainer._resolve_optimizer_factory(name)
 
     return WithReference
@@ -150,6 +207,7 @@ def debug_model():
     config.activation_checkpoint = None
     config.checkpoint = CheckpointManager.Config(enable=True, interval=2, last_save_model_only=False)
     kwargs = {"Lamb": dict(lr=2e-2, weight_decay=0.01), "ReferenceLamb": dict(lr=2e-2, weight_decay=0.01),
+              "CheckedLamb": dict(lr=2e-2, weight_decay=0.01),
               "Lamb16": dict(lr=1e-2, weight_decay=0.01), "Lars": dict(lr=0.5, weight_decay=1e-4),
               "Adagrad": dict(lr=2e-2)}
     group = layerwise("Lamb").param_groups[0].__class__  # (TorchTitan's ParamGroupConfig)
@@ -158,7 +216,7 @@ def debug_model():
             group(pattern=r"attention", optimizer_name="Lamb16", optimizer_kwargs=kwargs["Lamb16"]),
             group(pattern=r"feed_forward", optimizer_name="Lars", optimizer_kwargs=kwargs["Lars"]),
             group(pattern=r".*", optimizer_name="Adagrad", optimizer_kwargs=kwargs["Adagrad"])])
-    elif name == "ReferenceLamb":
+    elif name in ("ReferenceLamb", "CheckedLamb"):
         config.optimizer = _container().Config(param_groups=[group(pattern=".*", optimizer_name=name,
                                                                    optimizer_kwargs=kwargs[name])])
     else:
