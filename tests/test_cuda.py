@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 from conftest import (MIXED_SHAPES, OP_CASES, CountingBackend, assert_params_close, assert_tensor_close, clone_lists,
-                      equal, lamb_calls, make_step_model, noncontiguous_like, op_args, step_batches, train_step)
+                      equal, lamb_calls, make_step_model, noncontiguous_like, op_args, spec_lists, step_batches, train_step)
 
 import inductor_lamb
 from inductor_lamb import Lamb, Lamb16, Lars, reference
@@ -232,24 +232,24 @@ def test_cuda_graph_capture_of_the_typed_wrappers(kind):
     """``inductor_lamb.ops`` turns float hyper-parameters into device tensors: under capture with
     fill kernels (a copy from pageable host memory cannot be captured), replayed with the values
     of the eager call."""
-    from benchmarks.bench_step import KWARGS, OURS, make_state
-
+    name = f"{kind}_step_"
+    op = getattr(inductor_lamb.ops, name)
     shapes = [(33, 17), (7,), (), (40000,)]
-    eager, captured = make_state(shapes, kind=kind, device="cuda"), make_state(shapes, kind=kind, device="cuda")
+    eager, captured = to(spec_lists(name, shapes), "cuda"), to(spec_lists(name, shapes), "cuda")
     lr = torch.tensor(0.01, device="cuda")
-    kw = dict(KWARGS[kind], **({"momentum": 0.8} if kind == "lars" else {"beta1": 0.8, "beta2": 0.99}))
+    kw = {"momentum": 0.8, "weight_decay": 5e-4} if kind == "lars" else {"beta1": 0.8, "beta2": 0.99, "weight_decay": 0.01}
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        OURS[kind](*captured, lr=lr, **kw)  # warm-up
+        op(*captured, lr=lr, **kw)  # warm-up
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        OURS[kind](*captured, lr=lr, **kw)
-    OURS[kind](*eager, lr=lr, **kw)
+        op(*captured, lr=lr, **kw)
+    op(*eager, lr=lr, **kw)
     for _ in range(2):
         graph.replay()
-        OURS[kind](*eager, lr=lr, **kw)
+        op(*eager, lr=lr, **kw)
     torch.cuda.synchronize()
     assert_lists_close(list(captured), list(eager), rtol=0, atol=0)
 
