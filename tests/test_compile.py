@@ -254,12 +254,89 @@ def test_compiled_model_and_compiled_opt_step(opt_name, path):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+def _scheduler(opt):
+    """A scheduler that changes every scheduled value of ``opt`` each step (lr, and betas or
+    momentum where the optimizer has them)."""
+    if isinstance(opt, Lars):
+        return torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.1, max_lr=0.3, step_size_up=4, base_momentum=0.8,
+                                                 max_momentum=0.9)
+    if "betas" in opt.defaults:
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=40)
+    return torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+
+
+@pytest.mark.parametrize("opt_name", list(STEP_OPTIMIZERS))
+def test_compiled_opt_step_is_one_eager_step_call(opt_name):
+    """``torch.compile(opt.step)`` on CPU params compiles to one call of ``lamb._eager_step``
+    on the optimizer's opaque handle: no param, grad or state tensor is an input of the graph
+    (no per-tensor guard or size check), one compilation over 20 steps while a scheduler changes
+    lr and betas/momentum every step and a param loses its grad, the eager step's bits
+    throughout, and no warning."""
+    cls, kw = STEP_OPTIMIZERS[opt_name]
+    kw = {**kw, "max_grad_norm": 0.5} if cls is inductor_lamb.Lamb else kw
+    model_e = make_step_model()
+    model_c = copy.deepcopy(model_e)
+    opts = [cls(m.parameters(), **kw) for m in (model_e, model_c)]
+    scheds = [_scheduler(o) for o in opts]
+    backend = CountingBackend()
+    torch._dynamo.reset()
+    cstep = torch.compile(opts[1].step, fullgraph=True, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*script_method.*", category=DeprecationWarning)
+        for k, (x, y) in enumerate(step_batches(20)):
+            for m, o, st in ((model_e, opts[0], opts[0].step), (model_c, opts[1], cstep)):
+                o.zero_grad()
+                nn.functional.cross_entropy(m(x), y).backward()
+                if 8 <= k < 12:  # the last layer's bias gets no grad for a while
+                    list(m.parameters())[-1].grad = None
+                if k == 0 and st is cstep:
+                    _, codes = run_and_get_code(st)
+                else:
+                    st()
+            for sched in scheds:
+                sched.step()
+    code = "\n".join(codes)
+    calls = lamb_calls(code)
+    assert len(calls) == 1 and calls[0].startswith("torch.ops.lamb._eager_step.default("), calls
+    assert "assert_size_stride(" not in code
+    assert backend.graphs == 1
+    for p, q in zip(model_c.parameters(), model_e.parameters()):
+        assert equal(p, q)
+        for key, value in opts[0].state[q].items():
+            assert equal(opts[1].state[p][key], value)
+    assert opts[1].param_groups[0]["lr"] is not opts[0].param_groups[0]["lr"]
+    assert float(opts[1].param_groups[0]["lr"]) == float(opts[0].param_groups[0]["lr"])
+
+
+def test_compiled_opt_step_traces_its_op_calls_with_hooks_or_a_closure():
+    """A step hook or a closure runs Python around the step inside the graph, which could read
+    or write the grads and params: the op calls are then traced with their tensors."""
+    model = make_step_model()
+    opt = inductor_lamb.Lamb(model.parameters(), lr=0.01)
+    x, y = step_batches(1)[0]
+    nn.functional.cross_entropy(model(x), y).backward()
+    handle = opt.register_step_pre_hook(lambda o, args, kwargs: None)
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(opt.step, fullgraph=True))
+    assert "_eager_step" not in "\n".join(codes) and "assert_size_stride(" in "\n".join(codes)
+    handle.remove()
+    torch._dynamo.reset()
+
+    def closure():
+        return nn.functional.cross_entropy(model(x), y).detach()
+
+    _, codes = run_and_get_code(torch.compile(opt.step), closure)
+    assert "_eager_step" not in "\n".join(codes)
+
+
 @pytest.mark.parametrize("opt_name", ["Lamb", "Lars"])
 def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
-    """``torch.compile(opt.step)`` takes its buckets from ``_init_group``, which dynamo
-    runs eagerly (``_buckets``, which it calls, is never traced), and the guards dynamo installs for
-    it recompile when the layout changes (a param losing its grad). Results match
-    the eager step throughout."""
+    """A compiled function that calls ``opt.step()`` (its graph could also compute the grads
+    or read the params, so the op calls are traced with their tensors) takes its buckets from
+    ``_init_group``, which dynamo runs eagerly (``_buckets``, which it calls, is never traced),
+    and the guards dynamo installs for it recompile when the layout changes (a param losing
+    its grad). Results match the eager step throughout."""
     cls, kw = STEP_OPTIMIZERS[opt_name]
     model_e = make_step_model()
     model_c = copy.deepcopy(model_e)
@@ -282,7 +359,7 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     monkeypatch.setattr(opts[1], "_buckets", counted)
     monkeypatch.setattr(opts[1], "_init_group", init_group)
     backend = CountingBackend()
-    cstep = torch.compile(opts[1].step, fullgraph=True, backend=backend)
+    cstep = torch.compile(lambda: opts[1].step(), fullgraph=True, backend=backend)
     for k, (x, y) in enumerate(step_batches(4)):
         for m, o, st in ((model_e, opts[0], opts[0].step), (model_c, opts[1], cstep)):
             o.zero_grad()

@@ -18,13 +18,12 @@ from torch.optim import Optimizer, optimizer as _torch_optimizer
 
 from .. import ops
 from ..spec import OpSpec, Role
-from . import _deepspeed, _sharding
+from . import _compiled, _deepspeed, _sharding
 from ._buckets import _BUCKET_LISTS, Buckets, OpFamily
 from ._checkpoint import CheckpointState
 from ._plan import GroupPlan
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
-                         check_seed,
-                         group_device, group_dtype, plain_group)
+                         check_seed, group_device, group_dtype, plain_group, static_address)
 
 __all__ = ["FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
            "check_momentum", "check_nonnegative", "check_seed"]
@@ -63,7 +62,7 @@ class FusedOptions(TypedDict, total=False):
 
 class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
-    (device, dtype, sharding) bucket of each param group (per chunk of
+    (device, dtype, sharding) bucket of each param group (a traced step: per chunk of
     ``max_tensors_per_call`` params of a bigger bucket).
 
     Subclasses set ``_ops``, their op functions (:class:`~._buckets.OpFamily`), and ``_state_keys``
@@ -85,11 +84,12 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     needs; Lightning refuses to clip for an optimizer that unscales itself.
     """
 
-    # Params per op call: a bucket with more takes several calls. Why: Inductor's
-    # post-grad pass (decompose_auto_functionalized) is quadratic in the tensors one
-    # mutating call writes, 28 s of a cold compile at 256 params in one call, 6.8 s
-    # in calls of 64, 4.2 s in calls of 32 (RESULTS.md). Eagerly, 32 costs
-    # a few hundredths of a ms per step more than 64 on small params.
+    # Params per op call of a step traced into a graph: a bucket with more takes several
+    # calls. Why: Inductor's post-grad pass (decompose_auto_functionalized) is quadratic in
+    # the tensors one mutating call writes, 28 s of a cold compile at 256 params in one call,
+    # 6.8 s in calls of 64, 4.2 s in calls of 32 (RESULTS.md). Eager steps (and the compiled
+    # ``opt.step`` that runs them, _compiled) call each op once per bucket. Clipping inside the
+    # op is for groups of one bucket of at most this many params, in both: the same bits.
     max_tensors_per_call: int = 32
 
     _ops: OpFamily
@@ -132,7 +132,8 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         self._step_supports_amp_scaling = bool(unscale_in_step)
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
-        self._stepped_in_graph = torch.zeros((), dtype=torch.bool)  # recipe (a) only
+        self._host_params = True  # (every param a plain CPU tensor: add_param_group)
+        self._step_handle = _compiled.StepHandle(self)
         super().__init__(params, defaults)
 
     # ---- param groups and state -------------------------------------------------
@@ -155,6 +156,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         groups = self.__dict__["_groups"]
+        if "_stepped_in_graph" not in self.__dict__:  # (on the params' device: see _opt_called)
+            self._stepped_in_graph = static_address(torch.zeros((), dtype=torch.bool,
+                                                                device=group_device(groups[-1])))
         self.__dict__["_group_values"].append(self._scheduled_values(groups[-1]))
         group = groups[-1]
         # The model's tensors, in order (the same on every rank): what an engine's flat
@@ -165,6 +169,8 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             self.__dict__.setdefault("_model_index", {})[id(p)] = len(self.__dict__.setdefault("_model_params", []))
             self._model_params.append(p)
             self.__dict__.setdefault("_model_names", []).append(name)
+        self._host_params = self._host_params and all(
+            type(p) in (Tensor, torch.nn.Parameter) and p.device.type == "cpu" for p in group["params"])
         for p in group["params"]:
             if p.dtype not in _PARAM_DTYPES:
                 raise TypeError(
@@ -196,6 +202,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
                 state[key] = torch.full((), self._state_fill(key, group), dtype=torch.float32, device=p.device)
         if master and "master_param" not in state and group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
             state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
+        if not torch.compiler.is_compiling():
+            for t in state.values():
+                static_address(t)
         return state
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
@@ -260,6 +269,13 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             if not torch.compiler.is_compiling():
                 return hooked(*args, **kwargs)
             self = args[0]
+            if len(args) == 1 and not kwargs and not (
+                    _torch_optimizer._global_optimizer_pre_hooks or self._optimizer_step_pre_hooks
+                    or self._optimizer_step_post_hooks or _torch_optimizer._global_optimizer_post_hooks) \
+                    and _compiled.applies(self):
+                # torch.compile(opt.step) on CPU params: the graph runs the eager step (_compiled)
+                torch.ops.lamb._eager_step(self._step_handle)
+                return None
             for pre_hook in chain(_torch_optimizer._global_optimizer_pre_hooks.values(),
                                   self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
@@ -272,6 +288,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             return out
 
         return wrapper
+
+    # The code of every optimizer's patched ``step`` (what ``torch.compile(opt.step)`` compiles)
+    step_wrapper_code = profile_hook_step.__func__(lambda *a: None).__code__
 
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
         """grad_scale / found_inf set by torch.amp.GradScaler for this step, on ``device``."""
@@ -356,7 +375,10 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     # so setting ``_stepped`` there covers eager and compiled steps alike. Only a
     # step traced with its backward (recipe (a), which traces ``_buckets``)
     # needs a tensor flag; a tensor written in every compiled step would be one more
-    # generated kernel, 6 s of a cold compile of a 256-param step (RESULTS.md).
+    # generated kernel, 6 s of a cold compile of a 256-param step (RESULTS.md). The flag
+    # lives on the params' device, a static address: a CUDA graph may write it (a CPU tensor
+    # would make Inductor skip CUDA graphs), and it is read back (one sync) only when a
+    # scheduler's first step finds no eager record.
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
     @property

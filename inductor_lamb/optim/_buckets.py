@@ -221,9 +221,10 @@ class Buckets:
         return args
 
     def _bucket_calls(self, group: dict[str, Any], bucket: dict[str, Any]) -> list[Any]:
-        """A plain bucket's op calls, for a :class:`~._plan.GroupPlan` (the per-step values empty)."""
+        """A plain bucket's op call, for a :class:`~._plan.GroupPlan` (the per-step values empty)."""
         args = self._bucket_args(group, bucket, None, None, 0.0)
-        return op_calls(self._op, args, len(bucket["params"]), self.max_tensors_per_call, self._chunk)
+        n = len(bucket["params"])
+        return op_calls(self._op, args, n, n, self._chunk)
 
     def _step_bucket(
         self,
@@ -247,7 +248,10 @@ class Buckets:
             return
         dtype = bucket["params"][0].dtype
         args = self._bucket_args(group, bucket, grad_scale, found_inf, max_grad_norm)
-        n, size = len(bucket["params"]), self.max_tensors_per_call
+        # One call per bucket eagerly; a traced step cuts it (max_tensors_per_call: Inductor's
+        # compile time), with the same bits (per-tensor math; the clip rule in ``step``).
+        n = len(bucket["params"])
+        size = self.max_tensors_per_call if torch.compiler.is_compiling() else n
         if dtype == torch.float64:
             # 0-d params (and their grads and state) as 1-element views: torch 2.13's
             # dynamo drops in-place writes to 0-d float64 graph inputs (it takes them

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._scheduled import as_floats
+from ._scheduled import as_floats, static_address
 
 __all__ = ["CheckpointState"]
 
@@ -112,3 +112,6 @@ class CheckpointState:
                 step = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True)
                 state["step"] = step.reshape(()) if step.numel() == 1 else step
         self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats
+        for state in self.state.values():
+            for t in state.values():
+                static_address(t)

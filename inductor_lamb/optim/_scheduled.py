@@ -11,8 +11,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
+__all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
            "plain_group", "as_floats", "group_device", "group_dtype"]
+
+
+def static_address(t: Any) -> Any:
+    """Marks tensor ``t`` as living at one address for as long as it exists (what
+    ``torch._dynamo.mark_static_address(t)`` does, without importing Dynamo into every eager
+    process): a compiled step then takes it as a static input, which CUDA graphs need of
+    every tensor the step writes (moments, step counts, master copies) and read every replay
+    (lr, betas, momentum) without a copy. A tensor replaced later (``load_state_dict``) is
+    marked in its turn; a CUDA graph re-records for a new address, never reads a stale one."""
+    if isinstance(t, Tensor) and getattr(t, "_dynamo_static_input_type", None) is None:
+        t._dynamo_static_input_type = "unguarded"
+    return t
 
 
 def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
@@ -97,8 +109,8 @@ class ScheduledValues:
         user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
         if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == self.dtype \
                 and value.device == self.device:
-            return value
-        return as_lr_tensor(value, self.device, self.dtype).clone()
+            return static_address(value)
+        return static_address(as_lr_tensor(value, self.device, self.dtype).clone())
 
     def sync(self, group: dict[str, Any]) -> None:
         for key, current in self.values.items():
@@ -117,7 +129,7 @@ class ScheduledValues:
             return current
         if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == self.dtype \
                 and value.device == self.device:
-            return value  # the user hands in a tensor of their own
+            return static_address(value)  # the user hands in a tensor of their own
         current.fill_(value)
         return current
 
