@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import re
 import subprocess
@@ -565,3 +566,65 @@ def test_compiled_training_step_warns_nothing_and_runs_the_step_hooks(monkeypatc
     assert not warned
     # (hooks are Python: traced into the graph, they run at trace time)
     assert calls[:2] == ["pre", "post"] and len(calls) % 2 == 0
+
+
+# ---- CUDA-graph readiness, checked on the CPU ------------------------------------------------
+
+class MutatedInputs:
+    """Records, for every graph Inductor compiles, the graph inputs it writes that are not
+    static addresses: what makes Inductor's CUDA graphs skip a graph ("skipping cudagraphs due
+    to mutated inputs"), decided by the same function on any device."""
+
+    def __init__(self, monkeypatch) -> None:
+        from torch._inductor import output_code
+        from torch._inductor.cudagraph_utils import check_for_mutation_ignore_cuda_graph_managed_tensor
+
+        self.reasons: list[str | None] = []
+        real = output_code.CompiledFxGraph.__init__
+
+        def init(graph_self, *args, **kwargs):
+            real(graph_self, *args, **kwargs)
+            names = list(inspect.signature(real).parameters)[1:]
+            bound = dict(zip(names, args), **kwargs)
+            with torch._inductor.config.patch({"triton.cudagraph_trees": True}):
+                self.reasons.append(check_for_mutation_ignore_cuda_graph_managed_tensor(
+                    bound["gm"], graph_self.mutated_inputs, graph_self.mutated_input_idxs,
+                    bound["static_input_idxs"]))
+
+        monkeypatch.setattr(output_code.CompiledFxGraph, "__init__", init)
+
+
+@pytest.mark.parametrize("recipe", ["whole_step", "called_step"])
+@pytest.mark.parametrize("opt_name", list(STEP_OPTIMIZERS))
+def test_compiled_steps_write_only_static_inputs(opt_name, recipe, monkeypatch):
+    """Every tensor a traced step writes (params, moments, step counts, master copies, the step
+    flag) is a static address, and so are the scheduled values it reads, also after
+    ``load_state_dict`` and with a user's lr tensor: Inductor's CUDA graphs take both recipes
+    (the whole training step; a compiled function calling ``opt.step()``, the op calls traced).
+    No CPU tensor is written by a graph of CUDA params (the flag lives on the params' device)."""
+    use_path("external" if recipe == "called_step" else "auto")
+    cls, kw = STEP_OPTIMIZERS[opt_name]
+    model = make_step_model()
+    opt = cls(model.parameters(), **{**kw, "lr": torch.tensor(kw["lr"])})
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # (new state tensors)
+    for state in opt.state.values():
+        for t in state.values():
+            assert getattr(t, "_dynamo_static_input_type", None) is not None
+    for group in opt.param_groups:
+        for key in opt._scheduled:
+            for t in group[key] if isinstance(group[key], tuple) else (group[key],):
+                assert getattr(t, "_dynamo_static_input_type", None) is not None, key
+    assert getattr(opt._stepped_in_graph, "_dynamo_static_input_type", None) is not None
+    recorded = MutatedInputs(monkeypatch)
+    torch._dynamo.reset()
+    x, y = step_batches(1)[0]
+    from torch._inductor.utils import fresh_cache
+
+    with fresh_cache():  # (a cached graph is loaded, not compiled)
+        if recipe == "whole_step":
+            with torch._dynamo.config.patch(trace_autograd_ops=True):
+                torch.compile(train_step, fullgraph=True)(model, opt, x, y)
+        else:
+            nn.functional.cross_entropy(model(x), y).backward()
+            torch.compile(lambda: opt.step(), fullgraph=True)()
+    assert recorded.reasons and recorded.reasons == [None] * len(recorded.reasons), recorded.reasons
