@@ -404,3 +404,150 @@ def test_float64_optimizers_match_cpu(cls, compiled):
     tol = dict(rtol=1e-6, atol=1e-8) if cls is Lamb16 else dict(rtol=1e-12, atol=1e-14)
     for p, q in zip(*runs):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), **tol)
+
+
+# ---- no host sync, CUDA graphs of the optimizers ---------------------------------------------
+
+CUDA_OPTIMIZERS = {
+    "Lamb": lambda ps: Lamb(ps, lr=0.02, weight_decay=0.01, max_grad_norm=1.0),  # (the clip factor too)
+    "Lamb16": lambda ps: Lamb16(ps, lr=0.02, weight_decay=0.01),
+    "Lars": lambda ps: Lars(ps, lr=0.3, weight_decay=1e-3),
+    "Adagrad": lambda ps: inductor_lamb.Adagrad(ps, lr=0.05, weight_decay=1e-4),
+}
+
+
+def _cuda_params(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen).cuda()) for s in [(33, 17), (), (7,), (40000,), (64, 48)]]
+
+
+def _twins(name):
+    a = _cuda_params()
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    return (a, CUDA_OPTIMIZERS[name](a)), (b, CUDA_OPTIMIZERS[name](b))
+
+
+def _assert_same_run(run_a, run_b):
+    (pa, oa), (pb, ob) = run_a, run_b
+    for p, q in zip(pa, pb):
+        assert equal(p.detach(), q.detach())
+        for key, value in oa.state[p].items():
+            assert equal(ob.state[q][key], value), key
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", list(CUDA_OPTIMIZERS))
+def test_steps_never_sync_the_host(name, compiled):
+    """``torch.cuda.set_sync_debug_mode("error")`` around steps whose grads move between steps
+    (new tensors, the old ones kept alive, so every step's tensor table is new): no ``.item()``,
+    no blocking copy (tables go up asynchronously from pinned memory). Eager and
+    ``torch.compile(opt.step)`` (compiled once before the checked steps) give the same bits."""
+    run_e, run_c = _twins(name)
+    torch._dynamo.reset()
+    steps = {id(run_e): run_e[1].step, id(run_c): torch.compile(run_c[1].step) if compiled else run_c[1].step}
+    gen = torch.Generator().manual_seed(1)
+    kept = []
+    for k in range(4):
+        grads = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+        for run in (run_e, run_c):
+            for p, g in zip(run[0], grads):
+                p.grad = g.clone()
+                kept.append(p.grad)
+            if k == 0:
+                steps[id(run)]()  # (the compiled step compiles here)
+                continue
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                steps[id(run)]()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    _assert_same_run(run_c, run_e)
+
+
+@pytest.mark.parametrize("name", list(CUDA_OPTIMIZERS))
+def test_manual_cuda_graph_capture_of_opt_step(name):
+    """``opt.step()`` captured with ``torch.cuda.graph`` after a warm-up step on a side stream (the
+    recipe of torch's CUDA graph docs), grads at static addresses, the lr changed in place by a
+    scheduler between replays: every replay gives the eager step's bits."""
+    run_e, run_g = _twins(name)
+    sched_e, sched_g = (torch.optim.lr_scheduler.ExponentialLR(r[1], gamma=0.7) for r in (run_e, run_g))
+    gen = torch.Generator().manual_seed(1)
+    static_grads = [torch.zeros_like(p) for p in run_g[0]]
+    for p, g in zip(run_g[0], static_grads):
+        p.grad = g
+
+    def grads():
+        gs = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+        for p, g, s in zip(run_e[0], gs, static_grads):
+            p.grad = g
+            s.copy_(g)
+
+    grads()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run_g[1].step()  # warm-up
+    torch.cuda.current_stream().wait_stream(stream)
+    run_e[1].step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_g[1].step()
+    for _ in range(4):
+        sched_e.step()
+        sched_g.step()
+        grads()
+        graph.replay()
+        run_e[1].step()
+    torch.cuda.synchronize()
+    _assert_same_run(run_g, run_e)
+
+
+def _replays_a_cuda_graph(fn) -> bool:
+    """Whether one call of ``fn`` launches a CUDA graph (the profiler's cudaGraphLaunch)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return any("cudaGraphLaunch" in e.name for e in prof.events())
+
+
+@pytest.mark.parametrize("recipe", ["whole_step", "compiled_opt_step"])
+@pytest.mark.parametrize("name", ["Lamb", "Lamb16", "Lars", "Adagrad"])
+def test_reduce_overhead_builds_cuda_graphs(name, recipe):
+    """``mode="reduce-overhead"`` builds and replays CUDA graphs (``cudagraph_or_error``: a skip
+    fails) for the whole training step and for ``torch.compile(opt.step)`` beside a compiled
+    model, while a scheduler changes lr every step; the result follows the eager run."""
+    from conftest import STEP_OPTIMIZERS
+
+    cls, kw = STEP_OPTIMIZERS[name]
+    model_e = make_step_model().cuda()
+    model_c = copy.deepcopy(model_e)
+    opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
+    scheds = [torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.8) for o in (opt_e, opt_c)]
+    torch._dynamo.reset()
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}), \
+            torch._dynamo.config.patch(trace_autograd_ops=recipe == "whole_step"):
+        if recipe == "whole_step":
+            compiled = torch.compile(train_step, mode="reduce-overhead", fullgraph=True)
+            step_c = lambda x, y: compiled(model_c, opt_c, x, y)  # noqa: E731
+        else:
+            cmodel = torch.compile(model_c)
+            cstep = torch.compile(opt_c.step, mode="reduce-overhead", fullgraph=True)
+
+            def step_c(x, y):
+                torch.nn.functional.cross_entropy(cmodel(x), y).backward()
+                cstep()
+                opt_c.zero_grad(set_to_none=True)
+        batches = [(x.cuda(), y.cuda()) for x, y in step_batches(6)]
+        for k, (x, y) in enumerate(batches):
+            train_step(model_e, opt_e, x, y)
+            if k == len(batches) - 1:
+                assert _replays_a_cuda_graph(lambda: step_c(x, y))
+            else:
+                step_c(x, y)
+            for s in scheds:
+                s.step()
+    for p, q in zip(model_c.parameters(), model_e.parameters()):
+        assert ((p - q).norm() / q.norm()).item() <= (1e-4 if cls is Lamb16 else 1e-5)

@@ -78,11 +78,12 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
                 p.grad = torch.randn_like(p)
             opt = _make_optimizer(opt_name, params)
             opt.step()  # the state, as fake tensors
-            out = dg.generate(opt.step)
+            with dg.cudagraph_blockers() as blockers:
+                out = dg.generate(opt.step)
             model = _model_launches(opt, params)
     if workload == "train":
         out, n = _train_step(opt_name, gpu, configs)
-        model = None
+        model, blockers = None, None  # (graphs traced on CPU: no static inputs recorded)
     return {"optimizer": opt_name, "path": path if opt_name != "AdamW" else "-", "n": n, "workload": workload,
             "gpu": dg.GPUS[gpu].name, "kernels": out.kernels, "launches": out.launches,
             "extern_calls": out.extern_calls, "lamb_calls": sum(out.lamb_calls.values()),
@@ -91,7 +92,7 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
             "engine_launches": sum(cost.engine_launches(op) * k for op, k in out.lamb_calls.items()),
             "gb_per_step": out.gb_per_call,
             "compile_s": round(out.compile_s, 1), "cubins_missing": out.cubins_missing, "model": model,
-            "configs": configs or "all",
+            "configs": configs or "all", "cudagraph_blockers": blockers,
             "torch": torch.__version__}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -275,6 +276,39 @@ def summarize(code: str, compile_s: float = 0.0) -> Generated:
                      lamb_calls=lamb_calls,
                      gb_per_call=sum(kernel_gb.get(k, 0.0) for k in launches), kernel_gb=kernel_gb,
                      cubins_missing=sorted(missing), compile_s=compile_s)
+
+
+@contextlib.contextmanager
+def cudagraph_blockers() -> Iterator[list[str]]:
+    """Collects, for every graph Inductor compiles meanwhile, why CUDA graphs would skip it for
+    the inputs it writes ("mutated inputs": written inputs that are not static addresses),
+    decided by Inductor's own check (``check_for_mutation_ignore_cuda_graph_managed_tensor``,
+    cudagraph trees) on the graph and the static inputs it was compiled with. An empty list:
+    nothing a graph writes stops ``mode="reduce-overhead"``. What a GPU decides at run time
+    besides (a new tensor address re-records) is not seen here."""
+    from torch._inductor import output_code
+    from torch._inductor.cudagraph_utils import check_for_mutation_ignore_cuda_graph_managed_tensor
+
+    reasons: list[str] = []
+    real = output_code.CompiledFxGraph.__init__
+    names = list(inspect.signature(real).parameters)[1:]
+
+    def init(graph_self: Any, *args: Any, **kwargs: Any) -> None:
+        real(graph_self, *args, **kwargs)
+        bound = dict(zip(names, args), **kwargs)
+        from torch._inductor import config
+
+        with config.patch({"triton.cudagraph_trees": True}):
+            reason = check_for_mutation_ignore_cuda_graph_managed_tensor(
+                bound["gm"], graph_self.mutated_inputs, graph_self.mutated_input_idxs, bound["static_input_idxs"])
+        if reason is not None:
+            reasons.append(reason.splitlines()[0])
+
+    output_code.CompiledFxGraph.__init__ = init
+    try:
+        yield reasons
+    finally:
+        output_code.CompiledFxGraph.__init__ = real
 
 
 def _compiled(compile: Callable[[], Any]) -> Generated:

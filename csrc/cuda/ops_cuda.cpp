@@ -2,11 +2,11 @@
 // csrc/common/), the device-side tensor table, workspaces, and the extern "C"
 // launchers of the .cu files. Built only when torch has CUDA.
 //
-// No step reads a device value on the host: lr, steps, grad_scale and found_inf
-// are read by the kernels. The tensor table (pointers, sizes, alignment, chunks) is uploaded
-// once per distinct list and cached, so steady-state steps and CUDA graph replays
-// do no host-to-device copy; capturing needs one eager (warm-up) call first, as
-// CUDA graph capture usually does.
+// No step syncs the host: lr, steps, grad_scale and found_inf are read by the kernels, and
+// the tensor table (pointers, sizes, alignment, chunks) goes up asynchronously from pinned
+// memory, once per distinct list (cached by its bytes): steady-state steps copy nothing, a
+// list first seen inside CUDA graph capture is captured with its copy (TableCache).
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -31,35 +31,90 @@ namespace {
 
 class TableCache {
  public:
-  // The device copy of `bytes` (TensorMeta[] then ChunkMeta[]), uploaded on first use.
-  const uint8_t* get(const std::string& bytes, const at::Device& device, const char* op) {
+  // The device copy of `bytes` (TensorMeta[] then ChunkMeta[]) for kernels on `stream`.
+  //
+  // Never a host sync: a new table is written into pinned host memory that its entry owns
+  // and copied with cudaMemcpyAsync on `stream`, ahead of the kernels that read it. Inside
+  // CUDA graph capture that copy is captured too (its source stays unchanged while the entry
+  // lives), so a list first seen while capturing works, and every replay re-copies the same
+  // bytes; an eager call that finds such an entry, whose device copy only a replay writes,
+  // copies it once first. Entries a graph captured are never evicted.
+  const uint8_t* get(const std::string& bytes, const at::Device& device, cudaStream_t stream, const char* op) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string key = std::to_string(device.index()) + ":" + bytes;
     const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-      TORCH_CHECK(!capturing, op, ": these tensors were never stepped outside CUDA graph capture; run one eager "
-                  "(warm-up) step with the same tensors before capturing");
       if (entries_.size() >= kMaxEntries) evict();
-      at::Tensor host = at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-      std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
-      // A blocking copy, once per distinct list: the table is then complete for
-      // kernels on any stream (steady-state steps hit the cache and copy nothing).
-      it = entries_.emplace(key, Entry{host.to(device), false}).first;
+      Entry e;
+      e.size = bytes.size();
+      if (capturing) {
+        // Outside the capture's memory pool (whose blocks CUDA graph trees hand out again
+        // when they switch paths), as torch's allocator grows a pool while capturing: a raw
+        // allocation under relaxed capture mode, kept for the life of the process.
+        c10::cuda::CUDAStreamCaptureModeGuard relaxed{cudaStreamCaptureModeRelaxed};
+        check(cudaMallocHost(&e.host, e.size), op);
+        check(cudaMalloc(&e.device, e.size), op);
+      } else {
+        e.host_tensor = at::empty({static_cast<int64_t>(e.size)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+        e.device_tensor = at::empty({static_cast<int64_t>(e.size)}, at::TensorOptions().dtype(at::kByte).device(device));
+        e.host = e.host_tensor.data_ptr();
+        e.device = e.device_tensor.data_ptr();
+      }
+      std::memcpy(e.host, bytes.data(), e.size);
+      it = entries_.emplace(key, std::move(e)).first;
+      upload(it->second, stream, capturing, op);
+    } else if (it->second.filled_by_replay && !capturing) {
+      upload(it->second, stream, false, op);
+    } else if (!capturing && it->second.stream != stream) {
+      // (another stream: after the upload, and the device copy kept for its kernels)
+      if (it->second.uploaded != nullptr) check(cudaStreamWaitEvent(stream, it->second.uploaded, 0), op);
+      if (it->second.device_tensor.defined())
+        c10::cuda::CUDACachingAllocator::recordStream(it->second.device_tensor.storage().data_ptr(),
+                                                      c10::cuda::getStreamFromExternal(stream, device.index()));
     }
-    // A captured graph keeps the raw pointer: such entries are never evicted.
     if (capturing) it->second.captured = true;
-    return it->second.table.data_ptr<uint8_t>();
+    return static_cast<const uint8_t*>(it->second.device);
   }
 
  private:
   struct Entry {
-    at::Tensor table;
-    bool captured;
+    size_t size = 0;
+    void* host = nullptr;    // pinned, unchanged while the entry lives (a captured copy reads it)
+    void* device = nullptr;
+    at::Tensor host_tensor, device_tensor;  // owners of an eager entry's memory (else raw, never freed)
+    cudaStream_t stream = nullptr;
+    cudaEvent_t uploaded = nullptr;  // recorded after an eager copy (eviction waits for it)
+    bool captured = false, filled_by_replay = false;
   };
   static constexpr size_t kMaxEntries = 256;
+
+  static void check(cudaError_t err, const char* op) {
+    TORCH_CHECK(err == cudaSuccess, op, ": CUDA error while uploading the tensor table: ", cudaGetErrorString(err));
+  }
+  static void upload(Entry& e, cudaStream_t stream, bool capturing, const char* op) {
+    check(cudaMemcpyAsync(e.device, e.host, e.size, cudaMemcpyHostToDevice, stream), op);
+    e.stream = stream;
+    e.filled_by_replay = capturing;
+    if (!capturing) {
+      if (e.uploaded == nullptr) check(cudaEventCreateWithFlags(&e.uploaded, cudaEventDisableTiming), op);
+      check(cudaEventRecord(e.uploaded, stream), op);
+    }
+  }
+  // Drops the entries no graph captured whose copy is done (a pending one stays: its pinned
+  // source must outlive the copy).
   void evict() {
-    for (auto it = entries_.begin(); it != entries_.end();) it = it->second.captured ? std::next(it) : entries_.erase(it);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = it->second;
+      const bool done = e.uploaded == nullptr || cudaEventQuery(e.uploaded) == cudaSuccess;
+      if (e.captured || !done) {
+        ++it;
+        continue;
+      }
+      if (e.uploaded != nullptr) cudaEventDestroy(e.uploaded);
+      it = entries_.erase(it);
+    }
+    (void)cudaGetLastError();  // (a query of a pending event leaves cudaErrorNotReady behind)
   }
   std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
@@ -94,7 +149,8 @@ PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& devic
   std::string bytes(tensors.size() * sizeof(TensorMeta) + chunks.size() * sizeof(ChunkMeta), '\0');
   std::memcpy(bytes.data(), tensors.data(), tensors.size() * sizeof(TensorMeta));
   std::memcpy(bytes.data() + tensors.size() * sizeof(TensorMeta), chunks.data(), chunks.size() * sizeof(ChunkMeta));
-  const uint8_t* table = table_cache().get(bytes, device, op);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  const uint8_t* table = table_cache().get(bytes, device, stream, op);
 
   PreparedLaunch out;
   const int64_t nt = static_cast<int64_t>(tensors.size()), nc = static_cast<int64_t>(chunks.size());
@@ -117,7 +173,7 @@ PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& devic
     l.inv_grad_scale = out.inv_grad_scale.data_ptr<float>();
   }
   l.found_inf = found_inf.has_value() && found_inf->defined() ? found_inf->data_ptr<float>() : nullptr;
-  l.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  l.stream = stream;
   l.device = device.index();
   return out;
 }

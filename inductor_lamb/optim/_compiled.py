@@ -36,11 +36,23 @@ import torch
 
 __all__ = ["AVAILABLE", "StepHandle", "eager_step", "applies"]
 
-try:  # (opaque reference objects: torch 2.10 and later)
-    from torch._library.opaque_object import register_opaque_type
-    from torch._opaque_base import OpaqueBase
-except ImportError:  # pragma: no cover - older torch: every compiled step traces its op calls
-    OpaqueBase, register_opaque_type = object, None
+# Opaque reference objects: torch 2.14 names them "symbolic custom classes", torch 2.10 to 2.13
+# "reference opaque types" (2.14 still takes the old names, with a warning).
+try:
+    from torch._custom_class_base import CustomClassBase as OpaqueBase
+    from torch._library.opaque_object import register_custom_class
+
+    def register_opaque_type(cls: type) -> None:
+        register_custom_class(cls, typ="symbolic")
+except ImportError:
+    try:
+        from torch._library.opaque_object import register_opaque_type as _register
+        from torch._opaque_base import OpaqueBase
+
+        def register_opaque_type(cls: type) -> None:
+            _register(cls, typ="reference")
+    except ImportError:  # pragma: no cover - older torch: every compiled step traces its op calls
+        OpaqueBase, register_opaque_type = object, None  # type: ignore[assignment,misc]
 
 
 class StepHandle(OpaqueBase):  # type: ignore[misc, valid-type]
@@ -68,7 +80,7 @@ def _dead_handle() -> StepHandle:
 
 AVAILABLE = register_opaque_type is not None
 if AVAILABLE:
-    register_opaque_type(StepHandle, typ="reference")
+    register_opaque_type(StepHandle)
 
     @torch.library.custom_op("lamb::_eager_step", mutates_args=())
     def eager_step(handle: StepHandle) -> None:
