@@ -223,17 +223,17 @@ TORCH_LIBRARY(lamb, m) {
   m.def(
       "lars_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor lr, Tensor momentum, "
       "float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, float[] weight_decay=[0.0005], "
-      "bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool[] layer_adaptation=[], bool lr_in_momentum=True, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
   m.def(
       "lars_reduce(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffers, Tensor lr, Tensor momentum, "
       "float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, float[] weight_decay=[0.0005], "
-      "bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool[] layer_adaptation=[], bool lr_in_momentum=True, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor[]? master_params=None) -> Tensor");
   m.def(
       "lars_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor reductions, "
       "Tensor lr, Tensor momentum, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
-      "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], bool stochastic_rounding=True, int seed=0, "
+      "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], bool lr_in_momentum=True, bool stochastic_rounding=True, int seed=0, "
       "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
   m.def(
       "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, Tensor lr, "

@@ -255,17 +255,19 @@ def _lars_reduce(a):
 
 
 def _lars_apply(a, reductions) -> None:
-    """LARS (You et al. 2017; PaddlePaddle ``lars_momentum``), in place."""
+    """LARS (You et al. 2017; PaddlePaddle ``lars_momentum``, or torch SGD's momentum without
+    ``lr_in_momentum``), in place."""
     n, lr = len(a.params), a.lr
     wds, adapts = _per_param(a.weight_decay, n, 0.0), _per_param(a.layer_adaptation, n, True)
     for p, g, v, wd, adapt, p_sq, g_sq in zip(a.params, _lars_grads(a), a.momentum_buffers, wds, adapts, *reductions):
-        local_lr = lr * torch.ones((), dtype=p.dtype)
+        in_v = lr if a.lr_in_momentum else 1.0  # (the lr in the velocity, or in the param update)
+        local_lr = in_v * torch.ones((), dtype=p.dtype)
         if adapt and wd > 0:
             p_norm, g_norm = p_sq.sqrt().to(p.dtype), g_sq.sqrt().to(p.dtype)
-            trust = lr * a.lars_coeff * p_norm / (g_norm + wd * p_norm + a.eps)
+            trust = in_v * a.lars_coeff * p_norm / (g_norm + wd * p_norm + a.eps)
             local_lr = torch.where((p_norm > 0) & (g_norm > 0), trust, local_lr)
         v.mul_(a.momentum).add_(local_lr * (g + wd * p))
-        p.sub_(v)
+        p.sub_(v if a.lr_in_momentum else lr * v)
 
 
 lars_step, lars_reduce, lars_apply = _two_phase("lars_step_", _lars_reduce, _lars_apply)

@@ -214,6 +214,8 @@ OP_CASES = {
     "lars": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3,
                                 layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
     "lars_grad_scale": ("lars_step_", dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
+    "lars_lr_outside": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3, lr_in_momentum=False,
+                                          layer_adaptation=[True, False, True] * 3)),
     "adagrad": ("adagrad_step_", dict(lr_decay=0.01, weight_decay=0.1)),
     "adagrad_maximize": ("adagrad_step_", dict(maximize=True, grad_scale=torch.tensor(8.0))),
 }

@@ -71,6 +71,7 @@ def _lars_inputs(device=None, dtype=None):
         ("no weight_decay", {"lr": 0.01, "lars_coeff": 0.001, "weight_decay": 0.0}),
         ("eps", {"eps": 1e-3}),
         ("rescale_grad", {"rescale_grad": 0.5}),
+        ("lr outside the momentum", {"lr_in_momentum": False}),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import pickle
 import re
 import warnings
 
@@ -799,3 +800,105 @@ def test_docstring_documents_every_argument(name):
     for arg in [*args, *FusedOptions.__annotations__]:  # (**options: the options every optimizer takes)
         if arg not in ("self", "params"):
             assert len(re.findall(rf"^ {{8}}{arg}: ", doc, re.M)) == 1, arg
+
+
+# ---- copies and a user's lr tensor ---------------------------------------------------------------
+
+COPIES = {"pickle": lambda x: pickle.loads(pickle.dumps(x)), "deepcopy": copy.deepcopy}
+
+
+@pytest.mark.parametrize("when", ["before_a_step", "after_steps"])
+@pytest.mark.parametrize("how", list(COPIES))
+@pytest.mark.parametrize("info,inp", CASES)
+def test_copies_step_like_the_original(info, inp, how, when):
+    """An optimizer pickled or deep-copied with its params, before any step or after some (float8
+    state, master copies, exclusions, every configuration), steps to the original's bits, and
+    its compiled ``opt.step`` works (the copy's own, not the original's)."""
+    dtype = torch.bfloat16 if inp.kwargs.get("master_weights") else torch.float32
+    params = make_params(dtype)
+    opt = build(info, inp, params)
+    if when == "after_steps":
+        run(opt, params, range(2))
+    params_copy, opt_copy = COPIES[how]((params, opt))
+    assert type(opt_copy) is type(opt) and opt_copy.param_groups[0]["params"][0] is params_copy[0]
+    run(opt, params, range(2, 4))
+    run(opt_copy, params_copy, range(2, 4))
+    assert_same_tensors(params_copy, params, "param")
+    assert_same(opt_copy.state_dict(), opt.state_dict())
+    torch._dynamo.reset()
+    step = torch.compile(opt_copy.step)
+    for k in range(4, 6):
+        for o, ps, st in ((opt, params, opt.step), (opt_copy, params_copy, step)):
+            o.zero_grad()
+            backward(ps, k)
+            st()
+    assert_same_tensors(params_copy, params, "param after compiled steps")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", list(BY_CLASS))
+def test_a_users_lr_tensor_is_the_lr(name, compiled):
+    """``lr=torch.tensor(...)`` stays the group's lr (``group["lr"] is lr``), as torch.optim
+    keeps it: changing it in place changes the next step, eager or compiled (no recompile),
+    down to lr 0, where nothing moves (LARS with ``lr_in_momentum=False``; its default, the
+    paper's velocity, keeps moving by its momentum). A float written over it afterwards leaves
+    the user's tensor alone."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    extra = {"lr_in_momentum": False} if name == "Lars" else {}
+    lrs = [1e-2, 5e-3, 0.0, 0.0, 2e-3]
+    floats, tensors = make_params(), make_params()
+    opt_f = BY_CLASS[name].optim_cls(floats, lr=lrs[0], **extra)
+    lr = torch.tensor(lrs[0])
+    opt_t = BY_CLASS[name].optim_cls(tensors, lr=lr, **extra)
+    assert opt_t.param_groups[0]["lr"] is lr
+    counter = CompileCounterWithBackend("inductor")
+    torch._dynamo.reset()
+    step_t = torch.compile(opt_t.step, backend=counter) if compiled else opt_t.step
+    for k, value in enumerate(lrs):
+        opt_f.param_groups[0]["lr"] = value
+        lr.fill_(value)
+        before = clones(tensors)
+        for o, ps, st in ((opt_f, floats, opt_f.step), (opt_t, tensors, step_t)):
+            o.zero_grad()
+            backward(ps, k)
+            st()
+        assert_same_tensors(tensors, floats, f"step {k}")
+        if value == 0.0:
+            assert_same_tensors(tensors, before, f"step {k} at lr 0")
+    assert counter.frame_count == (1 if compiled else 0)
+    opt_t.param_groups[0]["lr"] = 0.5
+    assert lr.item() == torch.tensor(lrs[-1]).item() and float(opt_t.param_groups[0]["lr"]) == 0.5
+
+
+def test_lars_lr_in_the_momentum_keeps_moving_at_lr_zero():
+    """The paper's (and PaddlePaddle's) LARS carries the lr in its velocity: at lr 0 the params
+    still move by the momentum they have; ``lr_in_momentum=False`` (torch SGD's form, timm's)
+    moves nothing."""
+    for in_momentum, moves in ((True, True), (False, False)):
+        params = make_params()
+        opt = inductor_lamb.Lars(params, lr=0.1, momentum=0.9, lr_in_momentum=in_momentum)
+        run(opt, params, range(2))
+        opt.param_groups[0]["lr"] = 0.0
+        before = clones(params)
+        run(opt, params, range(2, 3))
+        assert any(not torch.equal(p, b) for p, b in zip(params, before)) == moves
+
+
+@pytest.mark.parametrize("how", list(COPIES))
+def test_copies_keep_lars_exclusions(how):
+    params = make_params()
+    names = ["w1", "b1", "w2", "s", "e"]
+    opt = inductor_lamb.Lars(list(zip(names, params)), lr=0.1, weight_decay=1e-2, exclude_from_weight_decay=["^b"],
+                             exclude_from_layer_adaptation=lambda n: n == "s")
+    run(opt, params, range(2))
+    if how == "pickle":  # (a lambda does not pickle: patterns do)
+        opt = inductor_lamb.Lars(list(zip(names, params)), lr=0.1, weight_decay=1e-2, exclude_from_weight_decay=["^b"],
+                                 exclude_from_layer_adaptation=["^s$"])
+        run(opt, params, range(2))
+    params_copy, opt_copy = COPIES[how]((params, opt))
+    run(opt, params, range(2, 4))
+    run(opt_copy, params_copy, range(2, 4))
+    assert_same_tensors(params_copy, params, "param")
+    hypers = opt_copy._hypers(opt_copy.param_groups[0], {"params": params_copy, "names": names})
+    assert hypers["weight_decay"] == [1e-2, 0.0, 1e-2, 1e-2, 1e-2] and hypers["layer_adaptation"][3] is False

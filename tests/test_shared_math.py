@@ -26,7 +26,7 @@ def lib(tmp_path_factory):
     i64, f32, f64, i32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
     lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, f32]
     lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]
-    lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32]
+    lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32, i32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
     lib.rounding_both_ways.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.round_params.argtypes = [i64, i32, ctypes.c_uint32, ptr, ptr, ptr, ptr]
@@ -163,15 +163,17 @@ def test_param_rounding_is_the_same_in_cpp_and_torch(lib, dtype):
 
 
 @pytest.mark.parametrize("cap", ["best", "default"])
-@pytest.mark.parametrize("wd,adapt,scale", [(5e-4, True, 1.0), (1e-2, True, 2.0), (1e-2, False, 1.0), (0.0, True, 1.0)])
-def test_lars(lib, wd, adapt, scale, cap, set_cap):
+@pytest.mark.parametrize("wd,adapt,scale,in_v", [(5e-4, True, 1.0, True), (1e-2, True, 2.0, True), (1e-2, False, 1.0, True),
+                                                  (0.0, True, 1.0, True), (5e-4, True, 2.0, False), (0.0, True, 1.0, False)])
+def test_lars(lib, wd, adapt, scale, in_v, cap, set_cap):
     set_cap(cap)
     p, g, buf = tensors(3, 1.0, 1.0, 0.01)
-    hyp = dict(lars_coeff=0.02, eps=1e-3, rescale_grad=0.5, weight_decay=[wd], layer_adaptation=[adapt])
+    hyp = dict(lars_coeff=0.02, eps=1e-3, rescale_grad=0.5, weight_decay=[wd], layer_adaptation=[adapt],
+               lr_in_momentum=in_v)
     s_p, s_b, o_p, o_b = p.clone(), buf.clone(), p.clone(), buf.clone()
     r_p, r_b = p.double(), buf.double()
     for lr in LRS:
-        lib.lars_step(N, ptr(s_p), ptr(g), ptr(s_b), lr, 0.9, 0.02, 1e-3, 0.5, wd, int(adapt), 1.0 / scale)
+        lib.lars_step(N, ptr(s_p), ptr(g), ptr(s_b), lr, 0.9, 0.02, 1e-3, 0.5, wd, int(adapt), 1.0 / scale, int(in_v))
         torch.ops.lamb.lars_step_([o_p], [g], [o_b], torch.tensor(lr), grad_scale=torch.tensor(scale),
                                   **raw_op_kwargs("lars_step_", hyp))
         reference.lars_step([r_p], [g.double() / scale], [r_b], lr=lr, **hyp)

@@ -1,5 +1,4 @@
-// lamb::lars_step_ and its two phases on CPU (PaddlePaddle merged lars_momentum
-// semantics): layer norms from the engine (reduce), per-tensor local learning
+// lamb::lars_step_ and its two phases on CPU (common/lars.h): layer norms from the engine (reduce), per-tensor local learning
 // rates from common/lars.h and one update pass (apply). The one-call op runs
 // both a block of tensors at a time (TwoPhaseStep, engine.h).
 #include <torch/library.h>
@@ -52,7 +51,8 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
       const double* s = sq + lars::kReductions * (i - b.t0);
       coeffs_[i] = {lars::local_lr(c_.hyper, o, lr_, s[0], s[1]), float(o.weight_decay)};
     }
-    const LarsArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b), *c_.hyper.momentum, grad_mul_};
+    const LarsArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b), *c_.hyper.momentum, grad_mul_,
+                        lars::step_size(c_.hyper, lr_)};
     INDUCTOR_LAMB_KERNELS(lars_kernels).update(args);
   }
 

@@ -15,11 +15,12 @@ struct LarsArgs {
   const LarsCoeffs* coeffs;
   ChunkSpan chunks;
   float momentum;
-  float grad_mul;  // rescale_grad / grad_scale
+  float grad_mul;   // rescale_grad / grad_scale
+  float step_size;  // lars::step_size
 };
 
 struct LarsKernels {
-  void (*update)(const LarsArgs&);  // v = mu v + local_lr (g + wd p); p -= v
+  void (*update)(const LarsArgs&);  // v = mu v + local_lr (g + wd p); p -= step_size v
 };
 
 }  // namespace inductor_lamb::cpu

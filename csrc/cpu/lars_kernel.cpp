@@ -11,7 +11,7 @@ namespace {
 void update(const LarsArgs& args) {
   one_state_update(args.chunks, args.tensors, [&](const Chunk& c) {
     const LarsCoeffs& k = args.coeffs[c.tensor];
-    return lars::Elem<fVec>(args.momentum, k.local_lr, k.weight_decay, args.grad_mul);
+    return lars::Elem<fVec>(args.momentum, k.local_lr, k.weight_decay, args.grad_mul, args.step_size);
   });
 }
 

@@ -1,5 +1,4 @@
-// LARS on CUDA (PaddlePaddle merged lars_momentum semantics), on the shared math of
-// common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled per tensor; apply: per
+// LARS on CUDA, on the shared math of common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled per tensor; apply: per
 // tensor the local lr, then the momentum and param update. Weight decay and layer adaptation are
 // per tensor (TensorMeta::options).
 #include "cuda/engine.cuh"
@@ -23,7 +22,8 @@ template <typename P>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) update(Launch l, lars::Hyper h) {
   const float mul = grad_mul(l, h);
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
-    const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(c.t.options.weight_decay), mul);
+    const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(c.t.options.weight_decay), mul,
+                              lars::step_size(h, *l.lr));
     // (LARS counts no steps: its params' rounding keys on step 0)
     walk(c, OneStateUpdate<P, lars::Elem<float>>{{c.t}, e, param_round<P>(h.stochastic_rounding, h.seed, 0.f)});
   });

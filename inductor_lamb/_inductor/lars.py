@@ -1,4 +1,4 @@
-"""LARS step (docs/design.md, PaddlePaddle merged lars_momentum) in the backend
+"""LARS step (docs/design.md) in the backend
 vocabulary, as its two phases (the one-call step is reduce then apply)."""
 
 from __future__ import annotations
@@ -27,22 +27,28 @@ def lars_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
 
 
 def lars_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
-    """Local learning rates from the reductions; v = mu v + local_lr (g + wd p); p -= v."""
+    """Local learning rates from the reductions; v = mu v + local_lr (g + wd p); p -= v, or
+    without ``lr_in_momentum`` the local lr taken at lr 1 and p -= lr v."""
     n = len(a.params)
     wds = [float(w) for w in per_param(a.weight_decay, n, 0.0)]
     adapts = per_param(a.layer_adaptation, n, True)
     g = _grads(B, a)
     p = master_or_params(B, a.params, a.master_params)
-    local_lr = []
+    local_lr = []  # (None: 1, without the lr in the momentum and no adaptation)
     for i in range(n):
-        lr = B.item(a.lr, i)
+        lr = B.item(a.lr, i) if a.lr_in_momentum else 1.0
         if adapts[i] and wds[i] > 0:
             p_norm, g_norm = B.sqrt(reductions[0][i]), B.sqrt(reductions[1][i])
             trust = B.div(B.mul(B.mul(p_norm, a.lars_coeff), lr), B.add(B.add(g_norm, B.mul(p_norm, wds[i])), a.eps))
             local_lr.append(B.scalar(B.where_positive(p_norm, g_norm, trust, lr)))
         else:
-            local_lr.append(lr)
+            local_lr.append(lr if a.lr_in_momentum else None)
     decayed = [B.add(g[i], B.mul(p[i], wds[i])) if wds[i] else g[i] for i in range(n)]
-    B.assign(a.momentum_buffers, B.add(B.mul(a.momentum_buffers, a.momentum), B.mul(decayed, local_lr)))
-    assign_params(B, a.params, a.master_params, B.sub(p, a.momentum_buffers),
+    if a.lr_in_momentum:
+        scaled = B.mul(decayed, local_lr)
+    else:
+        scaled = [d if k is None else B.mul(d, k) for d, k in zip(decayed, local_lr)]
+    B.assign(a.momentum_buffers, B.add(B.mul(a.momentum_buffers, a.momentum), scaled))
+    step = a.momentum_buffers if a.lr_in_momentum else B.mul(a.momentum_buffers, [B.item(a.lr, i) for i in range(n)])
+    assign_params(B, a.params, a.master_params, B.sub(p, step),
                   param_rounding(B, a, B.to_float(a.grads), None))  # (the grad as stored; no steps: step 0)

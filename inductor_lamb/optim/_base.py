@@ -50,6 +50,11 @@ unscale_in_step: GradScaler unscales the grads inside the step (see
 }
 
 
+def _host_param(p: Tensor) -> bool:
+    """A plain CPU tensor (what a compiled ``opt.step`` may run eagerly: _compiled)."""
+    return type(p) in (Tensor, torch.nn.Parameter) and p.device.type == "cpu"
+
+
 class FusedOptions(TypedDict, total=False):
     """The keyword-only options every optimizer takes, passed through to
     :class:`FusedOptimizer` (documented in each optimizer's docstring)."""
@@ -91,6 +96,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     # ``opt.step`` that runs them, _compiled) call each op once per bucket. Clipping inside the
     # op is for groups of one bucket of at most this many params, in both: the same bits.
     max_tensors_per_call: int = 32
+    # Clip by the grads of every param group together, at ``defaults["max_grad_norm"]`` (timm's
+    # and apex's LAMB), instead of each group by its own grads and ``max_grad_norm``.
+    _clip_spans_groups: bool = False
 
     _ops: OpFamily
     _op: OpSpec  # _ops.spec
@@ -121,6 +129,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
         cls._flat_lists = (*(a.name for a in op.args if a.role in _BUCKET_LISTS), "master_params")
 
+    _copied_attributes = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model_params",
+                          "_model_names", "max_tensors_per_call")
+
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, master_weights: bool = False,
                  stochastic_rounding: bool = True, seed: int = 0, unscale_in_step: bool = False) -> None:
         """``defaults``: the optimizer's own hyper-parameters; the options every optimizer
@@ -132,9 +143,15 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         self._step_supports_amp_scaling = bool(unscale_in_step)
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
-        self._host_params = True  # (every param a plain CPU tensor: add_param_group)
         self._step_handle = _compiled.StepHandle(self)
         super().__init__(params, defaults)
+
+    def _rebuild(self) -> None:
+        self._step_handle = _compiled.StepHandle(self)
+        self.__dict__.pop("_plans", None)
+        self.__dict__.pop("_flat_plans", None)
+        self._model_index = {id(p): i for i, p in enumerate(self.__dict__.get("_model_params", []))}
+        self._host_params = all(_host_param(p) for g in self.__dict__["_groups"] for p in g["params"])
 
     # ---- param groups and state -------------------------------------------------
 
@@ -169,8 +186,7 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             self.__dict__.setdefault("_model_index", {})[id(p)] = len(self.__dict__.setdefault("_model_params", []))
             self._model_params.append(p)
             self.__dict__.setdefault("_model_names", []).append(name)
-        self._host_params = self._host_params and all(
-            type(p) in (Tensor, torch.nn.Parameter) and p.device.type == "cpu" for p in group["params"])
+        self._host_params = self.__dict__.get("_host_params", True) and all(map(_host_param, group["params"]))
         for p in group["params"]:
             if p.dtype not in _PARAM_DTYPES:
                 raise TypeError(
@@ -289,9 +305,6 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
 
         return wrapper
 
-    # The code of every optimizer's patched ``step`` (what ``torch.compile(opt.step)`` compiles)
-    step_wrapper_code = profile_hook_step.__func__(lambda *a: None).__code__
-
     def _amp_args(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
         """grad_scale / found_inf set by torch.amp.GradScaler for this step, on ``device``."""
         grad_scale = getattr(self, "grad_scale", None)
@@ -322,15 +335,20 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:
+            spanning = None  # the clip factor of every group's grads together (_clip_spans_groups)
+            if self._clip_spans_groups and float(self.defaults.get("max_grad_norm") or 0.0) > 0:
+                every = [b for _, buckets, _ in groups for b in buckets.values()]
+                if every:
+                    spanning = self._clip_factor(every, float(self.defaults["max_grad_norm"]))
             for group, buckets, plan in groups:
                 if not buckets:  # a frozen group, or no grads in this step: nothing to do (as torch.optim)
                     continue
                 # Clipping by the group's global grad norm: the op does it when the
                 # group is one unsharded bucket; otherwise the clip folds into grad_scale.
-                max_norm = float(group.get("max_grad_norm", 0.0))
+                max_norm = 0.0 if self._clip_spans_groups else float(group.get("max_grad_norm", 0.0))
                 whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None \
                     and len(next(iter(buckets.values()))["params"]) <= self.max_tensors_per_call
-                clip = self._clip_factor(buckets, max_norm) if max_norm > 0 and not whole else None
+                clip = self._clip_factor(buckets.values(), max_norm) if max_norm > 0 and not whole else spanning
                 per_bucket = []
                 for (device, _, _), bucket in buckets.items():
                     grad_scale, found_inf = self._amp_args(device)
@@ -390,12 +408,12 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     def _opt_called(self, value: bool) -> None:
         pass  # derived from the state, see above
 
-    def _clip_factor(self, buckets: dict[Any, dict[str, Any]], max_norm: float) -> Tensor:
-        """max(1, ||all grads / grad_scale|| / max_norm) over every bucket of a group
-        (and every shard), on the first bucket's device (no host sync:
+    def _clip_factor(self, buckets: Iterable[dict[str, Any]], max_norm: float) -> Tensor:
+        """max(1, ||all grads / grad_scale|| / max_norm) over ``buckets`` (a group's, or every
+        group's) and every shard, on the first bucket's device (no host sync:
         device-to-device copies and collectives only)."""
         total = None
-        for bucket in buckets.values():
+        for bucket in buckets:
             grads = bucket["grads"]
             if grads:
                 norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
@@ -406,3 +424,6 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
             total = part if total is None else total + part.to(total.device, non_blocking=True)
         grad_scale, _ = self._amp_args(total.device)
         return ops.clip_factor(total, max_norm, grad_scale)
+
+
+_compiled.step_wrapper_code = FusedOptimizer.profile_hook_step(lambda *a: None).__code__

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..spec import OpSpec, Role
 from . import _deepspeed, _sharding
 from ._plan import op_calls
-from ._scheduled import as_floats
+from ._scheduled import as_floats, follows
 
 __all__ = ["OpFamily", "Buckets"]
 
@@ -181,10 +181,16 @@ class Buckets:
 
     @staticmethod
     def _on_bucket(value: Tensor, bucket: dict[str, Any]) -> Tensor:
-        """A group's 0-d hyper-parameter on the bucket's device (a copy only for
-        mixed-device groups)."""
-        device = bucket["params"][0].device
-        return value if value.device == device else value.to(device, non_blocking=True)
+        """A group's scheduled tensor as the bucket's op takes it: itself when it is a 0-d
+        float32 tensor on the bucket's device (float64 buckets: any float dtype), else a
+        converted copy, made at every step (a user's tensor on another device or of another
+        dtype; a mixed-device group's)."""
+        p = bucket["params"][0]
+        if p.dtype == torch.float64 and value.dim() == 0 and value.device == p.device and value.is_floating_point():
+            return value
+        if follows(value, p.device):
+            return value
+        return value.detach().reshape(()).to(device=p.device, dtype=torch.float32, non_blocking=True)
 
     def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
         """The op's hyper-parameters for one bucket: the group's entries of the same

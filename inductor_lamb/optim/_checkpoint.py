@@ -6,6 +6,7 @@ implementations (timm's ``Lamb``, apex's ``FusedLAMB``)."""
 from __future__ import annotations
 
 import warnings
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -16,18 +17,62 @@ from ._scheduled import as_floats, static_address
 __all__ = ["CheckpointState"]
 
 
+class _Float8Bits:
+    """A float8 tensor as its bytes: plain ``pickle`` cannot load a float8 tensor (torch's
+    legacy storage path), so optimizer state travels this way through ``__getstate__``."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.bits, self.dtype = t.view(torch.uint8), t.dtype
+
+    def tensor(self) -> Tensor:
+        return self.bits.view(self.dtype)
+
+
+def _map_state(state: Any, fn: Any) -> defaultdict:
+    """torch.optim's state (param -> dict of values) with ``fn`` applied to every value."""
+    out: defaultdict = defaultdict(dict)
+    for p, values in state.items():
+        out[p] = {k: fn(v) for k, v in values.items()}
+    return out
+
+
+def _to_bits(v: Any) -> Any:
+    return _Float8Bits(v) if isinstance(v, Tensor) and v.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else v
+
+
+def _from_bits(v: Any) -> Any:
+    return v.tensor() if isinstance(v, _Float8Bits) else v
+
+
 class CheckpointState:
     """Mixin of :class:`~inductor_lamb.optim._base.FusedOptimizer`: ``state_dict``,
-    ``load_state_dict`` and unpickling."""
+    ``load_state_dict``, pickling and deep copies."""
 
     # Options added after 0.1.0 and the values that reproduce what a checkpoint
     # without them did; other missing options take this optimizer's defaults.
     _options_before_they_existed: dict[str, Any] = {}
+    # Instance attributes a copy (pickle, deepcopy) keeps besides torch.optim's defaults, state
+    # and param groups; everything else is rebuilt by ``_rebuild`` (plans, the compiled step's
+    # handle, indexes by id).
+    _copied_attributes: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        out = dict(super().__getstate__())  # type: ignore[misc]
+        out["state"] = _map_state(out["state"], _to_bits)
+        out["_copied"] = {k: self.__dict__[k] for k in self._copied_attributes if k in self.__dict__}
+        return out
+
+    def _rebuild(self) -> None:
+        """Recreates what a copy does not carry (see ``_copied_attributes``)."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # (torch.optim puts param_groups straight into __dict__, past the property)
         state = dict(state)
         groups = state.pop("param_groups", None)
+        copied = state.pop("_copied", {})
+        if "state" in state:
+            state["state"] = _map_state(state["state"], _from_bits)
+        self.__dict__.update(copied)
         super().__setstate__(state)
         if groups is not None:
             # Options added after a checkpoint was written (not torch.optim's
@@ -38,6 +83,7 @@ class CheckpointState:
                 for key, value in {**options, **self._options_before_they_existed}.items():
                     group.setdefault(key, value)
             self.param_groups = groups
+        self._rebuild()
 
     def state_dict(self) -> dict[str, Any]:
         # lr, betas, momentum as floats, like torch.optim's own optimizers save them:

@@ -127,12 +127,15 @@ def applies(opt: Any) -> bool:
     return _step_is_compiled_alone()
 
 
-def _step_is_compiled_alone() -> bool:
-    # The compiled frame is an optimizer's step wrapper (FusedOptimizer.profile_hook_step's):
-    # the same answer for every compile of that frame, so a constant, not a guard.
-    from ._base import FusedOptimizer
+# The code of every optimizer's patched ``step`` (FusedOptimizer.profile_hook_step's wrapper,
+# what ``torch.compile(opt.step)`` compiles); _base sets it.
+step_wrapper_code: Any = None
 
-    return _is_root(FusedOptimizer.step_wrapper_code)
+
+def _step_is_compiled_alone() -> bool:
+    # The compiled frame is an optimizer's step wrapper: the same answer for every compile of
+    # that frame, so a constant, not a guard.
+    return _is_root(step_wrapper_code)
 
 
 # (torch._dynamo.assume_constant_result, without importing Dynamo with the package)

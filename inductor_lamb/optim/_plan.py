@@ -39,6 +39,7 @@ from torch import Tensor
 
 from .. import ops
 from ..spec import Role
+from ._scheduled import follows
 
 __all__ = ["GroupPlan"]
 
@@ -109,10 +110,14 @@ class GroupPlan:
     @staticmethod
     def plannable(opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], dict[str, Any]]) -> bool:
         """Whether a group's buckets can be planned: the group's own params (not an engine's
-        pieces of them), plain tensors of the ops' dtypes."""
+        pieces of them), plain tensors of the ops' dtypes, and scheduled tensors the ops take
+        as they are (a call prepared with a converted copy would not follow the original)."""
         own = {id(p) for p in group["params"]}
+        scheduled = [t for key in opt._scheduled if key in group
+                     for t in (group[key] if isinstance(group[key], tuple) else (group[key],))]
         return all(b.get("sharding") is None and not b.get("sparse") and b["params"]
                    and b["params"][0].dtype != torch.float64 and all(id(p) in own for p in b["params"])
+                   and all(follows(t, b["params"][0].device) for t in scheduled)
                    for b in buckets.values()) and all(map(_plain, group["params"]))
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
-           "plain_group", "as_floats", "group_device", "group_dtype"]
+           "plain_group", "as_floats", "group_device", "group_dtype", "follows"]
 
 
 def static_address(t: Any) -> Any:
@@ -77,7 +77,7 @@ def check_seed(seed: Any) -> int:
 
 
 class ScheduledValues:
-    """The 0-d float32 tensors of one param group's scheduled hyper-parameters.
+    """The 0-d tensors of one param group's scheduled hyper-parameters.
 
     torch's schedulers write ``group["betas"] = (0.85, ...)`` or
     ``group["momentum"] = 0.9`` as new Python floats (they ``fill_`` in place only
@@ -87,30 +87,28 @@ class ScheduledValues:
     back into the group, before anything reads the group
     (``FusedOptimizer.param_groups`` is a property that syncs). The group dicts
     stay plain dicts (dynamo's optimizer support requires that).
+
+    A tensor the user gives (``lr=torch.tensor(0.01)``, in the constructor or written into a
+    group) is the value itself, as in torch.optim: it stays in the group (``group["lr"] is
+    lr``), shared by the groups that take it as their default, and changing it in place
+    changes the lr of the next step, eager or compiled. A float written over it afterwards
+    gives the group a tensor of its own again (the user's is never written).
     """
 
     def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
                  defaults: dict[str, Any], dtype: torch.dtype = torch.float32) -> None:
         self.scheduled, self.device, self.dtype, self.values = scheduled, device, dtype, {}
+        self.owned: list[Tensor] = []  # the tensors this group made (and may fill)
         for key, validate in scheduled.items():
             if key not in group:
                 continue
             value = group[key]
             validate(as_floats(value))
             if isinstance(value, (tuple, list)):
-                shared = defaults.get(key) or ()
-                self.values[key] = tuple(self._own(v, any(v is d for d in shared)) for v in value)
+                self.values[key] = tuple(self._assign(None, v) for v in value)
             else:
-                self.values[key] = self._own(value, value is defaults.get(key))
+                self.values[key] = self._assign(None, value)
             group[key] = self.values[key]
-
-    def _own(self, value: Any, shared: bool) -> Tensor:
-        """A 0-d tensor on the group's device that this group may fill in place: a
-        user's own such tensor is kept (as torch.optim keeps a tensor lr)."""
-        if isinstance(value, Tensor) and not shared and value.dim() == 0 and value.dtype == self.dtype \
-                and value.device == self.device:
-            return static_address(value)
-        return static_address(as_lr_tensor(value, self.device, self.dtype).clone())
 
     def sync(self, group: dict[str, Any]) -> None:
         for key, current in self.values.items():
@@ -124,14 +122,27 @@ class ScheduledValues:
                 current = self._assign(current, value)
             self.values[key] = group[key] = current
 
-    def _assign(self, current: Tensor, value: Any) -> Tensor:
+    def _assign(self, current: Tensor | None, value: Any) -> Tensor:
+        """The group's tensor for ``value``: a user's tensor itself, or a float filled into
+        the group's own tensor (a new one where the current value is not the group's)."""
         if value is current:
             return current
-        if isinstance(value, Tensor) and value.dim() == 0 and value.dtype == self.dtype \
-                and value.device == self.device:
-            return static_address(value)  # the user hands in a tensor of their own
-        current.fill_(value)
-        return current
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ValueError("Tensor lr must be 1-element")  # torch.optim's message
+            return static_address(value)
+        if current is not None and any(current is t for t in self.owned):
+            current.fill_(float(value))
+            return current
+        own = static_address(as_lr_tensor(float(value), self.device, self.dtype).clone())
+        self.owned.append(own)
+        return own
+
+
+def follows(value: Tensor, device: torch.device) -> bool:
+    """Whether a scheduled tensor is what the ops take as it is (0-d float32 on the params'
+    device), so that a call prepared with it reads its value at every step."""
+    return value.dim() == 0 and value.dtype == torch.float32 and value.device == device
 
 
 def plain_group(group: dict[str, Any], keys) -> dict[str, Any]:

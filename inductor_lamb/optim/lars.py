@@ -49,6 +49,11 @@ class Lars(FusedOptimizer):
                  = lr                                                    (otherwise)
         v = momentum v + local_lr (g + wd p);  p = p - v
 
+    The velocity carries the lr, as in the LARS paper and PaddlePaddle: a new lr takes effect
+    gradually, and at lr 0 the params still move by the momentum they have.
+    ``lr_in_momentum=False`` takes torch SGD's form instead (timm's ``Lars``): the local lr is
+    taken at lr 1 and ``p = p - lr v``, so the lr scales each step and lr 0 moves nothing.
+
     Args:
         params: parameters, param groups, or ``model.named_parameters()`` (needed for exclusions).
         lr: learning rate (a 0-d tensor internally: schedulers never recompile).
@@ -61,6 +66,8 @@ class Lars(FusedOptimizer):
             ``["bias", "bn", "norm"]``.
         exclude_from_layer_adaptation: parameters that keep decay but use ``lr`` as is.
         rescale_grad: gradients are multiplied by this first.
+        lr_in_momentum: the velocity carries the lr (default; the paper's form), or the lr
+            scales the param update (``False``; torch SGD's and timm's form).
         master_weights: float32 master copies of bfloat16/float16 params.
         {param_rounding_args}
         {unscale_in_step_arg}
@@ -73,7 +80,8 @@ class Lars(FusedOptimizer):
                     (reference.lars_step, reference.lars_reduce, reference.lars_apply))
     _state_keys = ("momentum_buffer",)
     _scheduled = {"lr": check_lr, "momentum": check_momentum}
-    _options_before_they_existed = {"stochastic_rounding": False}  # 0.2.0 rounded params to nearest
+    # 0.2.0 rounded params to nearest; the lr was always in the momentum before the option
+    _options_before_they_existed = {"stochastic_rounding": False, "lr_in_momentum": True}
 
     def __init__(
         self,
@@ -87,17 +95,30 @@ class Lars(FusedOptimizer):
         exclude_from_weight_decay: Exclusion = None,
         exclude_from_layer_adaptation: Exclusion = None,
         rescale_grad: float = 1.0,
+        lr_in_momentum: bool = True,
         **options: Unpack[FusedOptions],
     ) -> None:
         check_nonnegative(momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps)
-        self._no_decay = _matcher(exclude_from_weight_decay, "exclude_from_weight_decay")
-        self._no_adapt = _matcher(exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
-        self._excludes = exclude_from_weight_decay is not None or exclude_from_layer_adaptation is not None
+        self._exclusions = (exclude_from_weight_decay, exclude_from_layer_adaptation)
+        self._match_exclusions()
         defaults = dict(
             lr=lr, momentum=momentum, weight_decay=weight_decay, lars_coeff=lars_coeff, eps=eps,
-            rescale_grad=rescale_grad,
+            rescale_grad=rescale_grad, lr_in_momentum=bool(lr_in_momentum),
         )
         super().__init__(params, defaults, **options)
+
+    _copied_attributes = (*FusedOptimizer._copied_attributes, "_exclusions")
+
+    def _match_exclusions(self) -> None:
+        no_decay, no_adapt = self._exclusions
+        self._no_decay = _matcher(no_decay, "exclude_from_weight_decay")
+        self._no_adapt = _matcher(no_adapt, "exclude_from_layer_adaptation")
+        self._excludes = no_decay is not None or no_adapt is not None
+
+    def _rebuild(self) -> None:
+        super()._rebuild()
+        self.__dict__.setdefault("_exclusions", (None, None))  # (pickled by a release before 0.4)
+        self._match_exclusions()
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)

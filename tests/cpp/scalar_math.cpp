@@ -110,8 +110,9 @@ void round_params(int64_t n, int grid, uint32_t key, const float* x, const float
 
 // LARS, one tensor; inv_grad_scale = 1 / grad_scale.
 void lars_step(int64_t n, float* p, const float* g, float* buf, double lr, float momentum, double lars_coeff,
-               double eps, double rescale_grad, double weight_decay, int layer_adaptation, float inv_grad_scale) {
-  const lars::Hyper h{&momentum, lars_coeff, eps, rescale_grad};
+               double eps, double rescale_grad, double weight_decay, int layer_adaptation, float inv_grad_scale,
+               int lr_in_momentum) {
+  const lars::Hyper h{&momentum, lars_coeff, eps, rescale_grad, bool(lr_in_momentum)};
   const float grad_mul = lars::grad_mul(h, inv_grad_scale);
   double p_sq = 0, g_sq = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -120,7 +121,8 @@ void lars_step(int64_t n, float* p, const float* g, float* buf, double lr, float
     g_sq += double(gs) * gs;
   }
   const lars::Options o{weight_decay, bool(layer_adaptation)};
-  const lars::Elem<float> e(momentum, lars::local_lr(h, o, lr, as_f32(p_sq), as_f32(g_sq)), float(weight_decay), grad_mul);
+  const lars::Elem<float> e(momentum, lars::local_lr(h, o, lr, as_f32(p_sq), as_f32(g_sq)), float(weight_decay), grad_mul,
+                            lars::step_size(h, lr));
   for (int64_t i = 0; i < n; ++i) p[i] = e.step(g[i], p[i], buf[i]);
 }
 
