@@ -87,7 +87,16 @@ if AVAILABLE:
         """The eager step of the optimizer ``handle`` refers to (see the module docstring)."""
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("inductor_lamb: a compiled CPU step cannot be captured in a CUDA graph")
-        handle.step()
+        # The step as eager code runs it: a custom op's kernel runs with ADInplaceOrView excluded,
+        # which would skip the version bumps of every tensor the step writes (autograd must see
+        # them, docs/design.md).
+        key = torch._C.DispatchKey.ADInplaceOrView
+        excluded = torch._C._dispatch_tls_is_dispatch_key_excluded(key)
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+        try:
+            handle.step()
+        finally:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
 
     @eager_step.register_fake
     def _(handle: StepHandle) -> None:
