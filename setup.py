@@ -27,6 +27,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 
 import torch
 from setuptools import setup
@@ -57,7 +58,7 @@ _CUDA_HOME = find_cuda_home() if torch.version.cuda else None
 if _CUDA_HOME is not None:
     os.environ["CUDA_HOME"] = _CUDA_HOME
 
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension, include_paths  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
@@ -88,7 +89,6 @@ VECTOR_FLAGS_IF_SUPPORTED = ["-mtune-ctrl=^inter_unit_moves_to_vec"]
 
 
 def supported_flags(compiler: list[str], flags: list[str]) -> list[str]:
-    import subprocess
 
     ok = []
     for flag in flags:
@@ -155,10 +155,6 @@ def check_shared_libstdcxx(path: str) -> None:
     sets of locale facets, and the first error message ``_C`` formats crashes
     (SIGSEGV in ``std::ostream``, seen on a CUDA image whose ``CXX=/opt/gcc/bin/g++``
     links libstdc++ statically). Linux only, and only where ``readelf`` exists."""
-    import shutil
-    import subprocess
-    import sys
-
     readelf = shutil.which("readelf")
     if not sys.platform.startswith("linux") or readelf is None:
         return
@@ -204,8 +200,6 @@ class BuildExt(BuildExtension):
 
 
 def extensions():
-    from torch.utils.cpp_extension import include_paths
-
     isa_macros = [(f"INDUCTOR_LAMB_HAVE_{isa}", "1") for isa in ISA_FLAGS if isa != "DEFAULT"]
     kwargs = dict(
         include_dirs=[os.path.join(ROOT, CSRC)] + include_paths(),  # CUDAExtension adds the CUDA ones

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 import inductor_lamb
-from benchmarks.common import bert_like_shapes, machine_line
+from benchmarks.common import bert_like_shapes, machine_line, median_seconds
 
 OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
     "torch AdamW(fused=True)": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True),
@@ -52,14 +52,7 @@ def seconds_per_step(step: Callable[[], object], sync: Callable[[], None], min_t
     t0 = time.perf_counter()
     step()
     sync()
-    iters = max(5, min(2000, int(min_time / max(time.perf_counter() - t0, 1e-6))))
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_seconds(step, sync, max(5, min(2000, int(min_time / max(time.perf_counter() - t0, 1e-6)))))
 
 
 def run(workloads: dict[str, list[tuple[int, ...]]], names: list[str], device: str, rounds: int,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from benchmarks.common import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = ("lamb", "lamb16", "lars", "adagrad", "adamw")
@@ -92,13 +93,7 @@ def interleaved(fns: dict[str, Callable[[], object]], sync: Callable[[], None], 
     best = {k: float("inf") for k in fns}
     for _ in range(blocks):
         for name, fn in fns.items():
-            times = []
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                fn()
-                sync()
-                times.append(time.perf_counter() - t0)
-            best[name] = min(best[name], statistics.median(times))
+            best[name] = min(best[name], median_seconds(fn, sync, iters))
     return best
 
 

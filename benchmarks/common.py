@@ -46,6 +46,17 @@ def bench(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_
     return statistics.median(times)
 
 
+def median_seconds(fn: Callable[[], object], sync: Callable[[], None], iters: int) -> float:
+    """The median of ``iters`` timed calls of ``fn``, each followed by ``sync()`` (a device's)."""
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def stream_bandwidth(numel: int = 1 << 25) -> dict[str, float]:
     """STREAM-like bandwidth (GB/s) with torch ops on this many float32s (128 MiB arrays).
 

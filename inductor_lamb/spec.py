@@ -17,7 +17,8 @@ is derived from it:
 * the op cases of the tests.
 
 The argument checks are the C++ kernels' own (``csrc/common/op_args.cpp``): the
-ops' Meta kernels run them, so every compile path rejects at trace time what an
+ops' check kernels (registered for PrivateUse3, which the fake implementations
+redispatch to) run them, so every compile path rejects at trace time what an
 eager call rejects, with the same message, before anything runs.
 
 Scheduled hyper-parameters (``lr``, LAMB's betas, LARS's momentum: whatever
@@ -42,7 +43,7 @@ from torch import Tensor
 
 from . import _C  # noqa: F401  (registers the ops)
 
-__all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "spec_of", "device_of"]
+__all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "LISTS", "LAMB", "LAMB16", "LARS", "ADAGRAD"]
 
 
 class Role(Enum):
@@ -181,7 +182,7 @@ class OpSpec:
         """Converts a wrapper call's values to what the op takes: Python floats of
         scheduled hyper-parameters become 0-d float32 tensors on the params' device
         (range-checked first), one float / bool per-param options become lists."""
-        device = device_of(bound)
+        device = _device_of(bound)
         out = []
         for a in self.args:
             v = bound[a.name]
@@ -247,7 +248,7 @@ def _num(v: float) -> str:
     return f"{v:g}"
 
 
-def device_of(a: dict[str, Any]) -> torch.device:
+def _device_of(a: dict[str, Any]) -> torch.device:
     """Where the op runs: the params' device (the lr's for an empty call)."""
     params = a["params"]
     if len(params):
@@ -344,10 +345,3 @@ for _step in _SUMMARIES:
         if _name:
             SPECS[_name] = _spec(_name)
 LAMB, LAMB16, LARS, ADAGRAD = (SPECS[n] for n in _SUMMARIES)
-LAMB_REDUCE, LAMB_APPLY = SPECS["lamb_reduce_"], SPECS["lamb_apply_"]
-LAMB16_REDUCE, LAMB16_APPLY = SPECS["lamb16_reduce_"], SPECS["lamb16_apply_"]
-LARS_REDUCE, LARS_APPLY = SPECS["lars_reduce"], SPECS["lars_apply_"]
-
-
-def spec_of(name: str) -> OpSpec:
-    return SPECS[name]

@@ -1,6 +1,6 @@
 """benchmarks/studies/large_batch.py --quick runs end to end and writes its JSON (no timing
 or accuracy is asserted: the study itself is not part of the test suite), and the
-helpers it measures memory with (inductor_lamb.memory) count what torchao quantizes."""
+helpers it measures memory with (inductor_lamb.testing.memory) count what torchao quantizes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import inductor_lamb
-from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
+from inductor_lamb.testing.memory import state_bytes_per_param, torchao_block_size
 
 ROOT = Path(__file__).resolve().parents[1]
 

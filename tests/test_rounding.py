@@ -13,7 +13,7 @@ from conftest import clone_lists, equal
 import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb._inductor.backends import TorchBackend
-from inductor_lamb.accuracy import track
+from inductor_lamb.testing.accuracy import track
 from inductor_lamb.rounding import element_hash, stochastic_round, tensor_key
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -146,7 +146,7 @@ def test_rounding_ignores_position():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_stored_second_moment_does_not_drift(seed):
-    """The heavy-tailed stream of inductor_lamb.accuracy (262144 elements, 300 steps from zero state): with
+    """The heavy-tailed stream of inductor_lamb.testing.accuracy (262144 elements, 300 steps from zero state): with
     stochastic rounding the sum of the stored v stays within 3% of the exact EMA's,
     where rounding to nearest drifts by 20-40% (measured: benchmarks/RESULTS.md);
     the L2 errors stay below the measured 23% (v) and 9% (m) plus a margin."""

@@ -14,7 +14,7 @@ The module is the built extension (a CUDA build of the package: ``pip install
 architecture's cubin; ``--dump-resource-usage`` gives registers and local memory.
 
 The main loop of a kernel is its innermost loop (a backward branch with no loop inside) that
-holds 16-byte accesses: the vector body of the engine (csrc/cuda/plan.h). The scalar head and
+holds 16-byte accesses: the vector body of the engine (csrc/cuda/chunk_layout.h). The scalar head and
 tail of a chunk, and tensors whose streams cannot be aligned together, run other loops, one
 element at a time; their accesses are counted apart. Elements per iteration: the engine's pack
 (``PACK_ELEMS``: LAMB16 16, else one 16-byte vector of the param, float32 4, 16-bit 8).

@@ -45,7 +45,7 @@ from benchmarks.studies.lm_convergence import (BATCH, CLIP, MODEL, batch_at, eva
                                                 param_groups, study_args)
 
 import inductor_lamb
-from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
+from inductor_lamb.testing.memory import state_bytes_per_param, torchao_block_size
 
 LR = {"AdamW": 3e-3, "Lamb": 3e-2, "Lamb16": 1e-2}
 

@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from inductor_lamb.accuracy import track
+from inductor_lamb.testing.accuracy import track
 
 SIZES = (288, 4096, 262144)
 

@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 from benchmarks.common import bench, machine_line, torchao_low_bit
 
 import inductor_lamb
-from inductor_lamb.memory import state_bytes_per_param, torchao_block_size
+from inductor_lamb.testing.memory import state_bytes_per_param, torchao_block_size
 
 WEIGHT_DECAY = 0.01
 REFERENCE_BATCH = {"mnist": 1024, "lm": 32}

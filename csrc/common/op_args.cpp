@@ -28,7 +28,7 @@ std::ostream& operator<<(std::ostream& out, const Where& w) {
 }
 
 // Checks with messages like "lamb_step_: grads[3] has shape [2, 3] but params[3] has shape [3, 2]".
-// Shapes are read as symbolic sizes: the Meta kernels check fake tensors of dynamic shape.
+// Shapes are read as symbolic sizes: the check kernels (PrivateUse3) see fake tensors of dynamic shape.
 class ArgChecker {
  public:
   explicit ArgChecker(const char* op) : op_(op) {}

@@ -1,13 +1,14 @@
 #pragma once
 // An op call's arguments on the C++ side, shared by the CPU glue (csrc/cpu/<opt>.cpp),
-// the CUDA glue (csrc/cuda/ops_cuda.cpp) and the Meta kernels (csrc/ops.cpp):
+// the CUDA glue (csrc/cuda/ops_cuda.cpp) and the check kernels (csrc/ops.cpp, registered for
+// PrivateUse3, a dispatch key no tensor has, which the fake implementations redispatch to):
 //   * OpArgs reads a call's arguments by name from the dispatcher's stack, against
 //     the op's schema (csrc/ops.cpp holds every schema as text), so no C++
 //     parameter list repeats a schema: kernels are boxed;
 //   * Contract says what a schema cannot (which lists are state and in which
 //     dtype, the two-phase reductions), declared beside the schemas;
 //   * check_call() is the one check of every op, run by the kernels and, at trace
-//     time, by the Meta kernels (the fake implementations of every compile path).
+//     time, by the check kernels (through the fake implementations of every compile path).
 //
 // check_call's order and messages: list lengths, then per index the param, grad
 // and state rows, then the per-tensor scalar lists, the scheduled tensor

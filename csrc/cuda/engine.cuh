@@ -4,7 +4,7 @@
 // device's SMs, see ops_cuda.cpp), each chunk's tensor found in the chunk table (device memory:
 // no limit on the number of tensors, no per-launch argument packing).
 //
-// Bandwidth: in a chunk's body (cuda/plan.h) every stream is read and written with 16-byte
+// Bandwidth: in a chunk's body (cuda/chunk_layout.h) every stream is read and written with 16-byte
 // global accesses, a thread's loads of all its streams issued before the math (E elements a
 // thread: two or more vectors per float32 stream); grads through the read-only (non-coherent)
 // path; streaming cache hints on the last pass over the data. The scalar head and tail of a
@@ -23,7 +23,7 @@
 
 #include "common/rounding.h"
 #include "cuda/launch.h"
-#include "cuda/plan.h"
+#include "cuda/chunk_layout.h"
 
 namespace inductor_lamb::cuda {
 

@@ -36,7 +36,7 @@ struct TensorMeta {
   int64_t first_chunk;  // its chunks are [first_chunk, first_chunk + num_chunks)
   int32_t num_chunks;
   Dtype dtype;
-  int32_t head;         // elements before every stream is 16-byte aligned, or -1 (cuda/plan.h)
+  int32_t head;         // elements before every stream is 16-byte aligned, or -1 (cuda/chunk_layout.h)
 };
 INDUCTOR_LAMB_HD int param_variant(const TensorMeta& t) { return param_variant(t.dtype, t.master != nullptr); }
 

@@ -22,7 +22,7 @@
 
 #include "common/op_args.h"
 #include "cuda/launch.h"
-#include "cuda/plan.h"
+#include "cuda/chunk_layout.h"
 
 namespace inductor_lamb::cuda {
 namespace {
@@ -252,7 +252,7 @@ class CudaCall {
       t.master = has_master ? rows_.floats(i, num_states) : nullptr;
       t.numel = rows_.numels()[i];
       t.dtype = rows_.dtypes()[i];
-      // The first element at which every stream is 16-byte aligned (plan.h).
+      // The first element at which every stream is 16-byte aligned (chunk_layout.h).
       uint64_t addrs[5] = {reinterpret_cast<uint64_t>(t.param), reinterpret_cast<uint64_t>(t.grad),
                            reinterpret_cast<uint64_t>(t.master)};
       int sizes[5] = {element_size(params[i].scalar_type()), element_size(params[i].scalar_type()), 4};

@@ -321,18 +321,17 @@ class IRBackend(Backend):
         self._foreach([lambda i=i, d=d, s=s: self._assign_one(i, d, s) for i, (d, s) in enumerate(zip(dst, src))])
 
     def _assign_one(self, i, d, s) -> None:
-        if True:
-            dtype = d.get_dtype()
-            if self.found_inf is not None:
-                skip = self.lw[aten.ne.Scalar](self.item(self.found_inf, i), 0.0)
-                if dtype.itemsize == 1:  # float8: Inductor's where cannot promote it; select in float32
-                    s = self.lw[aten.where.self](skip, self.L.to_dtype(d, torch.float32), self.L.to_dtype(s, torch.float32))
-                else:
-                    s = self.lw[aten.where.self](skip, d, self.L.to_dtype(s, dtype))
-            s = self.L.to_dtype(s, dtype)
-            # Realizes s straight into d's buffer (no copy kernel); reads created
-            # after this see the new value.
-            self.L.mutate_to(d, s, unsafe_alias=True)
+        dtype = d.get_dtype()
+        if self.found_inf is not None:
+            skip = self.lw[aten.ne.Scalar](self.item(self.found_inf, i), 0.0)
+            if dtype.itemsize == 1:  # float8: Inductor's where cannot promote it; select in float32
+                s = self.lw[aten.where.self](skip, self.L.to_dtype(d, torch.float32), self.L.to_dtype(s, torch.float32))
+            else:
+                s = self.lw[aten.where.self](skip, d, self.L.to_dtype(s, dtype))
+        s = self.L.to_dtype(s, dtype)
+        # Realizes s straight into d's buffer (no copy kernel); reads created
+        # after this see the new value.
+        self.L.mutate_to(d, s, unsafe_alias=True)
 
 
 class TorchBackend(Backend):

@@ -50,6 +50,9 @@ unscale_in_step: GradScaler unscales the grads inside the step (see
 }
 
 
+_VALIDATORS = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
+
+
 def _host_param(p: Tensor) -> bool:
     """A plain CPU tensor (what a compiled ``opt.step`` may run eagerly: _compiled)."""
     return type(p) in (Tensor, torch.nn.Parameter) and p.device.type == "cpu"
@@ -104,8 +107,9 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     _op: OpSpec  # _ops.spec
     _state_keys: tuple[str, ...] = ()
     _scalar_state_keys: tuple[str, ...] = ()
-    # Hyper-parameters torch's schedulers change per step, with their validators:
-    # 0-d tensors in every param group (ParamGroup), read by the compiled step.
+    # Hyper-parameters torch's schedulers change per step, with their validators: 0-d tensors in
+    # every param group (ScheduledValues), read by the compiled step; derived from the op's
+    # scheduled tensor arguments (its beta1 and beta2 are the group's "betas").
     _scheduled: dict[str, Callable[[Any], None]] = {"lr": check_lr}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -117,6 +121,8 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         if family is None:
             return
         cls._op = op = family.spec
+        keys = dict.fromkeys("betas" if a.name in ("beta1", "beta2") else a.name for a in op.of(Role.TENSOR))
+        cls._scheduled = {k: _VALIDATORS[k] for k in keys}
         # state key -> the op's list argument, in the spec's order
         states = list(op.of(Role.STATE))
         scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]

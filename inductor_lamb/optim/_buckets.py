@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import OpSpec, Role
 from . import _deepspeed, _sharding
 from ._plan import op_calls
@@ -35,6 +36,14 @@ class OpFamily:
     spec: OpSpec                         # the one-call op's
     ops: tuple[Callable[..., Any], ...]  # (step,) or (step, reduce, apply)
     reference: tuple[Callable[..., Any], ...]
+
+    @classmethod
+    def of(cls, spec: OpSpec) -> OpFamily:
+        """The family of one-call op ``spec``, by its ops' names: the typed wrappers of
+        ``inductor_lamb.ops`` and the reference functions of the same name without the
+        in-place underscore (``lamb_reduce_``: ``reference.lamb_reduce``)."""
+        names = [spec.name, *((spec.reduce_op, spec.apply_op) if spec.reduce_op else ())]
+        return cls(spec, tuple(getattr(ops, n) for n in names), tuple(getattr(reference, n.rstrip("_")) for n in names))
 
     def functions(self, dtype: torch.dtype) -> tuple[Callable[..., Any], ...]:
         return self.reference if dtype == torch.float64 else self.ops

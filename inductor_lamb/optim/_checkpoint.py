@@ -49,8 +49,9 @@ class CheckpointState:
     ``load_state_dict``, pickling and deep copies."""
 
     # Options added after 0.1.0 and the values that reproduce what a checkpoint
-    # without them did; other missing options take this optimizer's defaults.
-    _options_before_they_existed: dict[str, Any] = {}
+    # without them did; other missing options take this optimizer's defaults. (Releases up to
+    # 0.2.0 rounded bfloat16/float16 params to nearest, and 0.1.0 LAMB16's moments too.)
+    _options_before_they_existed: dict[str, Any] = {"stochastic_rounding": False}
     # Instance attributes a copy (pickle, deepcopy) keeps besides torch.optim's defaults, state
     # and param groups; everything else is rebuilt by ``_rebuild`` (plans, the compiled step's
     # handle, indexes by id).

@@ -10,7 +10,6 @@ from typing_extensions import Unpack
 import torch
 from torch import Tensor
 
-from .. import ops, reference
 from ..spec import ADAGRAD
 from ._base import FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
@@ -41,10 +40,8 @@ class Adagrad(FusedOptimizer):
         {unscale_in_step_arg}
     """
 
-    _ops = OpFamily(ADAGRAD, (ops.adagrad_step_,), (reference.adagrad_step,))
+    _ops = OpFamily.of(ADAGRAD)
     _state_keys = ("sum",)
-    # torch.optim.Adagrad and 0.2.0 round params to nearest
-    _options_before_they_existed = {"stochastic_rounding": False}
 
     def __init__(
         self,

@@ -9,9 +9,8 @@ from typing_extensions import Unpack
 
 from torch import Tensor
 
-from .. import ops, reference
 from ..spec import LAMB
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative
 
 __all__ = ["Lamb"]
 
@@ -50,11 +49,8 @@ class Lamb(FusedOptimizer):
     (float32), and ``master_param`` with ``master_weights``.
     """
 
-    _ops = OpFamily(LAMB, (ops.lamb_step_, ops.lamb_reduce_, ops.lamb_apply_),
-                    (reference.lamb_step, reference.lamb_reduce, reference.lamb_apply))
+    _ops = OpFamily.of(LAMB)
     _state_keys = ("exp_avg", "exp_avg_sq")
-    _scheduled = {"lr": check_lr, "betas": check_betas}
-    _options_before_they_existed = {"stochastic_rounding": False}  # 0.2.0 rounded params to nearest
 
     def __init__(
         self,

@@ -7,12 +7,10 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-import torch
 from torch import Tensor
 
-from .. import ops, reference
 from ..spec import LAMB16
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_lr, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative
 
 __all__ = ["Lamb16"]
 
@@ -61,12 +59,9 @@ class Lamb16(FusedOptimizer):
     :meth:`state_bytes_per_param`.
     """
 
-    _ops = OpFamily(LAMB16, (ops.lamb16_step_, ops.lamb16_reduce_, ops.lamb16_apply_),
-                    (reference.lamb16_step, reference.lamb16_reduce, reference.lamb16_apply))
+    _ops = OpFamily.of(LAMB16)
     _state_keys = ("exp_avg", "exp_avg_sq")
     _scalar_state_keys = ("exp_avg_scale", "exp_avg_sq_scale")
-    _scheduled = {"lr": check_lr, "betas": check_betas}
-    _options_before_they_existed = {"stochastic_rounding": False}  # 0.1.0 rounded to nearest
 
     def __init__(
         self,

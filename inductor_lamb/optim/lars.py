@@ -10,9 +10,8 @@ from typing_extensions import Unpack
 
 from torch import Tensor
 
-from .. import ops, reference
 from ..spec import LARS
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_lr, check_momentum, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -76,12 +75,10 @@ class Lars(FusedOptimizer):
     ``master_param`` with ``master_weights``.
     """
 
-    _ops = OpFamily(LARS, (ops.lars_step_, ops.lars_reduce, ops.lars_apply_),
-                    (reference.lars_step, reference.lars_reduce, reference.lars_apply))
+    _ops = OpFamily.of(LARS)
     _state_keys = ("momentum_buffer",)
-    _scheduled = {"lr": check_lr, "momentum": check_momentum}
-    # 0.2.0 rounded params to nearest; the lr was always in the momentum before the option
-    _options_before_they_existed = {"stochastic_rounding": False, "lr_in_momentum": True}
+    # (the lr was in the momentum before the option existed)
+    _options_before_they_existed = {**FusedOptimizer._options_before_they_existed, "lr_in_momentum": True}
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The CUDA engine's index math (csrc/cuda/plan.h), checked on the CPU: every element of every
+"""The CUDA engine's index math (csrc/cuda/chunk_layout.h), checked on the CPU: every element of every
 tensor visited exactly once by the threads of its chunks' blocks, every 16-byte access of a pack
 aligned in every stream, for every alignment of the streams (views at any offset), tensor size
 (0, 1, 3, 4, 5, a chunk +- 1, several chunks) and pack width; aligned tensors take the vector
@@ -32,7 +32,7 @@ KERNELS = {
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = host_library(tmp_path_factory, "cuda_plan.cpp")
+    lib = host_library(tmp_path_factory, "chunk_layout.cpp")
     u64p, intp = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)
     lib.head_of.argtypes = [u64p, intp, ctypes.c_int]
     lib.head_of.restype = ctypes.c_int

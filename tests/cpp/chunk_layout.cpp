@@ -1,11 +1,11 @@
-// The CUDA engine's index math (csrc/cuda/plan.h) on the host: which elements each thread of a
-// block visits, and with which accesses. Built by tests/test_cuda_plan.py with the host
-// compiler (plan.h includes no CUDA header) and called through ctypes.
+// The CUDA engine's index math (csrc/cuda/chunk_layout.h) on the host: which elements each thread of a
+// block visits, and with which accesses. Built by tests/test_chunk_layout.py with the host
+// compiler (chunk_layout.h includes no CUDA header) and called through ctypes.
 #include <stdint.h>
 
 #include <vector>
 
-#include "cuda/plan.h"
+#include "cuda/chunk_layout.h"
 
 using namespace inductor_lamb;
 using namespace inductor_lamb::cuda;

@@ -1,6 +1,6 @@
 #pragma once
 // Which elements of a chunk each thread of a block visits, and with which accesses: host and
-// device code with no CUDA header, so that tests/cpp/cuda_plan.cpp checks it on the CPU.
+// device code with no CUDA header, so that tests/cpp/chunk_layout.cpp checks it on the CPU.
 //
 // A chunk [begin, end) of a tensor is split into a scalar head, a vector body and a scalar
 // tail. In the body every stream of the tensor (param, grad, state, master) is read and written

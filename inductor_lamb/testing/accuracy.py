@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
-from . import ops
+from .. import ops
 
 __all__ = ["gradient_stream", "track"]
 
