@@ -84,7 +84,7 @@ def optimizer_table(args) -> None:
         calls = []
         for group, buckets in groups:  # the op calls the step makes, prebuilt
             for bucket in buckets.values():
-                args_ = {a.name: bucket[a.name] for a in opt._op.args if a.name in bucket and a.name != "sharding"}
+                args_ = {a.name: bucket.lists[a.name] for a in opt._op.args if a.name in bucket.lists}
                 size = opt.max_tensors_per_call
                 for lo in range(0, n, size):
                     calls.append({k: v[lo:lo + size] for k, v in args_.items() if isinstance(v, list)})

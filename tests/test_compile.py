@@ -335,7 +335,7 @@ def test_compiled_opt_step_traces_its_op_calls_with_hooks_or_a_closure():
 def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     """A compiled function that calls ``opt.step()`` (its graph could also compute the grads
     or read the params, so the op calls are traced with their tensors) takes its buckets from
-    ``_init_group``, which dynamo runs eagerly (``_buckets``, which it calls, is never traced),
+    ``_init_group``, which dynamo runs eagerly (``make_buckets``, which it calls, is never traced),
     and the guards dynamo installs for it recompile when the layout changes (a param losing
     its grad). Results match the eager step throughout."""
     cls, kw = STEP_OPTIMIZERS[opt_name]
@@ -343,12 +343,14 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     model_c = copy.deepcopy(model_e)
     opts = [cls(m.parameters(), **kw) for m in (model_e, model_c)]
     calls = {"traced": 0, "in_init_group": False}
-    real_buckets, real_init_group = opts[1]._buckets, opts[1]._init_group
+    from inductor_lamb.optim import _buckets
 
-    def counted(*args, **kwargs):
-        if not calls["in_init_group"]:  # (what _init_group calls runs eagerly)
+    real_buckets, real_init_group = _buckets.make_buckets, opts[1]._init_group
+
+    def counted(opt, *args, **kwargs):
+        if opt is opts[1] and not calls["in_init_group"]:  # (what _init_group calls runs eagerly)
             calls["traced"] += 1
-        return real_buckets(*args, **kwargs)
+        return real_buckets(opt, *args, **kwargs)
 
     def init_group(*args):
         calls["in_init_group"] = True
@@ -357,7 +359,7 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
         finally:
             calls["in_init_group"] = False
 
-    monkeypatch.setattr(opts[1], "_buckets", counted)
+    monkeypatch.setattr(_buckets, "make_buckets", counted)
     monkeypatch.setattr(opts[1], "_init_group", init_group)
     backend = CountingBackend()
     cstep = torch.compile(lambda: opts[1].step(), fullgraph=True, backend=backend)

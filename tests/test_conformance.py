@@ -19,6 +19,7 @@ from torch.optim import lr_scheduler
 
 import inductor_lamb
 from inductor_lamb import reference
+from inductor_lamb.optim._buckets import Bucket
 
 CASES = [pytest.param(info, inp, id=f"{info.optim_cls.__name__}-{inp.desc.replace(' ', '_')}")
          for info in INFOS for inp in info.optim_inputs_func("cpu")]
@@ -440,7 +441,7 @@ def _reference_run(info, inp, params64, grads64, lrs):
             lists = {"params": ps, "grads": [p.grad for p in ps], "steps": [s.get("step") for s in sts]}
             for key, arg in opt._lists.items():
                 lists[arg] = [s[key] for s in sts]
-            hypers = opt._hypers(group, {"params": ps, "names": [None] * len(ps)})
+            hypers = opt._hypers(group, Bucket(ps[0].device, {"params": ps}, [None] * len(ps)))
             hypers["lr"] = torch.tensor(lr, dtype=torch.float64)  # (a float would be rounded to float32)
             with torch.no_grad():
                 fn(**{a.name: lists[a.name] for a in spec.args if a.name in lists and a.name != "master_params"},
@@ -900,5 +901,5 @@ def test_copies_keep_lars_exclusions(how):
     run(opt, params, range(2, 4))
     run(opt_copy, params_copy, range(2, 4))
     assert_same_tensors(params_copy, params, "param")
-    hypers = opt_copy._hypers(opt_copy.param_groups[0], {"params": params_copy, "names": names})
+    hypers = opt_copy._hypers(opt_copy.param_groups[0], Bucket(params_copy[0].device, {"params": params_copy}, names))
     assert hypers["weight_decay"] == [1e-2, 0.0, 1e-2, 1e-2, 1e-2] and hypers["layer_adaptation"][3] is False

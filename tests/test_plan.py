@@ -65,7 +65,7 @@ class Twins:
     def step(self, skip=()):
         self.grads(skip)
         self.opt.step()
-        self.twin.__dict__.pop("_plans", None)
+        self.twin._plans.clear()
         self.twin.step()
         self.check()
         self.opt.zero_grad(set_to_none=True)

@@ -44,8 +44,8 @@ class PartitionLamb(inductor_lamb.Lamb):
     tensors it is given, one trust ratio per tensor, so under ZeRO one per flat partition, as
     a LAMB unaware of ZeRO does."""
 
-    def _group_buckets(self, group, index):
-        return self._buckets(group, index)
+    def _engine_buckets(self, group):
+        return None
 
 
 OPTIMIZERS = {

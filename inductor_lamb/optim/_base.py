@@ -19,13 +19,14 @@ from torch.optim import Optimizer, optimizer as _torch_optimizer
 from .. import ops
 from ..spec import OpSpec, Role
 from . import _compiled, _deepspeed, _sharding
-from ._buckets import _BUCKET_LISTS, Buckets, OpFamily
+from . import _buckets
+from ._buckets import BUCKET_LISTS, Bucket, Buckets, OpFamily
 from ._checkpoint import CheckpointState
 from ._plan import GroupPlan
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
                          check_seed, group_device, group_dtype, plain_group, static_address)
 
-__all__ = ["FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
+__all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
            "check_momentum", "check_nonnegative", "check_seed"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -68,7 +69,7 @@ class FusedOptions(TypedDict, total=False):
     unscale_in_step: bool
 
 
-class FusedOptimizer(CheckpointState, Buckets, Optimizer):
+class FusedOptimizer(CheckpointState, Optimizer):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
     (device, dtype, sharding) bucket of each param group (a traced step: per chunk of
     ``max_tensors_per_call`` params of a bigger bucket).
@@ -133,10 +134,10 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         cls._state_dtypes = {k: a.dtype for k, a in zip(cls._state_keys, states)}
         cls._has_step = "steps" in op.names
         # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
-        cls._flat_lists = (*(a.name for a in op.args if a.role in _BUCKET_LISTS), "master_params")
+        cls._flat_lists = (*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params")
 
-    _copied_attributes = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model_params",
-                          "_model_names", "max_tensors_per_call")
+    _copied_attributes = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model",
+                          "max_tensors_per_call")
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, master_weights: bool = False,
                  stochastic_rounding: bool = True, seed: int = 0, unscale_in_step: bool = False) -> None:
@@ -149,15 +150,23 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
         self._step_supports_amp_scaling = bool(unscale_in_step)
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
+        self._stepped_in_graph: Tensor | None = None  # (made with the first group, on its device)
+        self._model = _deepspeed.ModelTensors()  # every param given, in order (what engines map back to)
+        self._host_params = True  # every param a plain CPU tensor (_compiled)
+        self._plans: dict[int, GroupPlan | None] = {}  # per param group index (_plan)
         self._step_handle = _compiled.StepHandle(self)
         super().__init__(params, defaults)
 
     def _rebuild(self) -> None:
         self._step_handle = _compiled.StepHandle(self)
-        self.__dict__.pop("_plans", None)
-        self.__dict__.pop("_flat_plans", None)
-        self._model_index = {id(p): i for i, p in enumerate(self.__dict__.get("_model_params", []))}
-        self._host_params = all(_host_param(p) for g in self.__dict__["_groups"] for p in g["params"])
+        self._plans = {}
+        _deepspeed.forget_plans(self)
+        if not isinstance(self.__dict__.get("_model"), _deepspeed.ModelTensors):  # (pickled before 0.4)
+            self._model = _deepspeed.ModelTensors()
+            for g in self._groups:
+                self._model.add(g["params"], g.get("param_names"))
+        self._model.reindex()
+        self._host_params = all(_host_param(p) for g in self._groups for p in g["params"])
 
     # ---- param groups and state -------------------------------------------------
 
@@ -165,34 +174,26 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     # dynamo's guards read this property too, so a compiled step always sees the tensors.
     @property
     def param_groups(self) -> list[dict[str, Any]]:
-        groups = self.__dict__["_groups"]
+        groups = self._groups
         if not torch.compiler.is_compiling():  # (traced code reads what the guards saw)
-            for group, values in zip(groups, self.__dict__["_group_values"]):
+            for group, values in zip(groups, self._group_values):
                 values.sync(group)
         return groups
 
     @param_groups.setter
     def param_groups(self, groups: list[dict[str, Any]]) -> None:
-        self.__dict__["_groups"] = groups
-        self.__dict__["_group_values"] = [self._scheduled_values(g) for g in groups]
+        self._groups = groups
+        self._group_values = [self._scheduled_values(g) for g in groups]
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
-        groups = self.__dict__["_groups"]
-        if "_stepped_in_graph" not in self.__dict__:  # (on the params' device: see _opt_called)
-            self._stepped_in_graph = static_address(torch.zeros((), dtype=torch.bool,
-                                                                device=group_device(groups[-1])))
-        self.__dict__["_group_values"].append(self._scheduled_values(groups[-1]))
-        group = groups[-1]
-        # The model's tensors, in order (the same on every rank): what an engine's flat
-        # partitions are mapped back to (_deepspeed).
+        group = self._groups[-1]
+        if self._stepped_in_graph is None:  # (on the params' device: see _opt_called)
+            self._stepped_in_graph = static_address(torch.zeros((), dtype=torch.bool, device=group_device(group)))
+        self._group_values.append(self._scheduled_values(group))
         _deepspeed.check_model_params(self, group["params"])
-        names = group.get("param_names") or [None] * len(group["params"])
-        for p, name in zip(group["params"], names):
-            self.__dict__.setdefault("_model_index", {})[id(p)] = len(self.__dict__.setdefault("_model_params", []))
-            self._model_params.append(p)
-            self.__dict__.setdefault("_model_names", []).append(name)
-        self._host_params = self.__dict__.get("_host_params", True) and all(map(_host_param, group["params"]))
+        self._model.add(group["params"], group.get("param_names"))
+        self._host_params = self._host_params and all(map(_host_param, group["params"]))
         for p in group["params"]:
             if p.dtype not in _PARAM_DTYPES:
                 raise TypeError(
@@ -352,18 +353,19 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
                 # Clipping by the group's global grad norm: the op does it when the
                 # group is one unsharded bucket; otherwise the clip folds into grad_scale.
                 max_norm = 0.0 if self._clip_spans_groups else float(group.get("max_grad_norm", 0.0))
-                whole = len(buckets) == 1 and next(iter(buckets.values()))["sharding"] is None \
-                    and len(next(iter(buckets.values()))["params"]) <= self.max_tensors_per_call
+                only = next(iter(buckets.values()))
+                whole = len(buckets) == 1 and only.sharding is None and len(only.params) <= self.max_tensors_per_call
                 clip = self._clip_factor(buckets.values(), max_norm) if max_norm > 0 and not whole else spanning
                 per_bucket = []
-                for (device, _, _), bucket in buckets.items():
+                for bucket in buckets.values():
+                    device = bucket.device
                     grad_scale, found_inf = self._amp_args(device)
                     if clip is not None:
                         clip_d = clip.to(device)
                         grad_scale = clip_d if grad_scale is None else grad_scale * clip_d
                     mgn = max_norm if clip is None else 0.0
                     if plan is None:
-                        self._step_bucket(group, bucket, grad_scale, found_inf, mgn)
+                        _buckets.step_bucket(self, group, bucket, grad_scale, found_inf, mgn)
                     else:
                         per_bucket.append((grad_scale, found_inf, mgn))
                 if plan is not None:  # (the prepared calls, in bucket order: see _plan)
@@ -374,12 +376,12 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
                     plan.release()
         return loss
 
-    def _planned_buckets(self, group: dict[str, Any], index: int) -> tuple[dict[Any, dict[str, Any]], GroupPlan | None]:
+    def _planned_buckets(self, group: dict[str, Any], index: int) -> tuple[Buckets, GroupPlan | None]:
         """Param group ``index``'s buckets, and their op calls when the group is planned (an eager
         step of plain params: :mod:`._plan`)."""
         if torch.compiler.is_compiling():
             return self._group_buckets(group, index), None
-        plans = self.__dict__.setdefault("_plans", {})
+        plans = self._plans
         plan = plans.get(index)
         grads = plan.holds(self, group) if plan is not None else None
         if grads is None:
@@ -414,19 +416,49 @@ class FusedOptimizer(CheckpointState, Buckets, Optimizer):
     def _opt_called(self, value: bool) -> None:
         pass  # derived from the state, see above
 
-    def _clip_factor(self, buckets: Iterable[dict[str, Any]], max_norm: float) -> Tensor:
+    # ---- buckets (the functions of _buckets; the hooks an optimizer may change) -------------
+
+    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+        """Dynamo runs this eagerly in a compiled step (its name is what it looks for): the
+        buckets of a group of plain params, as flat lists (:func:`._buckets.init_group`)."""
+        return _buckets.init_group(self, index, *lists)
+
+    def _engine_buckets(self, group: dict[str, Any]) -> Buckets | None:
+        """A group of an engine's flat partitions as buckets of pieces of the model's tensors
+        (:func:`._deepspeed.flat_buckets`); None for a group of the model's own tensors."""
+        return _deepspeed.flat_buckets(self, group)
+
+    def _group_buckets(self, group: dict[str, Any], index: int) -> Buckets:
+        """Param group ``index``'s buckets (:func:`._buckets.group_buckets`)."""
+        return _buckets.group_buckets(self, group, index)
+
+    def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
+        """The op's hyper-parameters for one bucket (:func:`._buckets.hypers`; LARS adds its
+        per-param options)."""
+        return _buckets.hypers(self, group, bucket)
+
+    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
+        """Raises unless this optimizer steps param ``name`` with its sparse grad
+        (``_step_sparse``); checked with every other argument, before any step."""
+        raise RuntimeError(f"{type(self).__name__} does not support sparse gradients (param {name})")
+
+    def _step_sparse(self, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+                     found_inf: Tensor | None) -> None:
+        raise NotImplementedError
+
+    def _clip_factor(self, buckets: Iterable[Bucket], max_norm: float) -> Tensor:
         """max(1, ||all grads / grad_scale|| / max_norm) over ``buckets`` (a group's, or every
         group's) and every shard, on the first bucket's device (no host sync:
         device-to-device copies and collectives only)."""
         total = None
         for bucket in buckets:
-            grads = bucket["grads"]
+            grads = bucket.grads
             if grads:
                 norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
                 part = torch.stack(norms).double().square().sum()
             else:  # (a rank with no piece of a sharded bucket)
-                part = torch.zeros((), dtype=torch.float64, device=bucket["device"])
-            part = _sharding.all_reduce_sum(part, bucket["sharding"])
+                part = torch.zeros((), dtype=torch.float64, device=bucket.device)
+            part = _sharding.all_reduce_sum(part, bucket.sharding)
             total = part if total is None else total + part.to(total.device, non_blocking=True)
         grad_scale, _ = self._amp_args(total.device)
         return ops.clip_factor(total, max_norm, grad_scale)

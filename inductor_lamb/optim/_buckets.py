@@ -1,13 +1,13 @@
-"""Bucketing and the op call: each param group's params with a grad, grouped by
-(device, dtype, sharding) with their state as the op's argument lists, and the
-op calls of one bucket (the one-call op, or reduce, combine across shards,
-apply), by reference to the optimizer's op functions (:class:`OpFamily`)."""
+"""Bucketing and the op calls, as functions over :class:`Bucket`: each param group's params with
+a grad, grouped by (device, dtype, sharding) with their state as the op's argument lists, and
+the op calls of one bucket (the one-call op, or reduce, combine across shards, apply), by
+reference to the optimizer's op functions (:class:`OpFamily`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,13 +15,14 @@ from torch import Tensor
 
 from .. import ops, reference
 from ..spec import OpSpec, Role
-from . import _deepspeed, _sharding
-from ._plan import op_calls
+from . import _sharding
 from ._scheduled import as_floats, follows
 
-__all__ = ["OpFamily", "Buckets"]
+__all__ = ["OpFamily", "Bucket", "BUCKET_LISTS", "init_group", "group_buckets", "make_buckets", "hypers",
+           "bucket_call", "step_bucket"]
 
-_BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+# The op's per-param lists a bucket holds (master copies beside them, when kept)
+BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
 
 
 @dataclass(frozen=True)
@@ -49,256 +50,277 @@ class OpFamily:
         return self.reference if dtype == torch.float64 else self.ops
 
 
-class Buckets:
-    """Mixin of :class:`~inductor_lamb.optim._base.FusedOptimizer`: one bucket
-    builder (``_buckets``) for plain, sparse and DTensor params, which
-    ``_init_group`` runs eagerly for a compiled step, and the op calls."""
+@dataclass(eq=False)
+class Bucket:
+    """The params of one param group that one op call steps (a traced step: several calls, per
+    ``max_tensors_per_call``): same device, dtype and sharding.
 
-    _ops: OpFamily
+    ``lists`` holds the op's per-param list arguments by their names in the op's schema
+    (``params``, ``grads``, the state lists such as ``exp_avgs``, ``steps``; ``master_params``
+    when the bucket keeps master copies), of local shards for DTensor params and of pieces of
+    flat partitions for an engine's (DeepSpeed ZeRO). ``sharding`` says how to combine a
+    two-phase op's reductions across ranks (:class:`~._sharding.Sharding`,
+    :class:`~._deepspeed.Pieces`; None: not sharded)."""
 
-    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
-        """The buckets of param group ``index`` when all its params are plain tensors
-        (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
-        ``_flat_lists``) with every bucket's tensors, bucket after bucket, and returns
-        each bucket's (number of params, has master copies, param names); None, with
-        nothing filled, otherwise (the traced ``_buckets`` then handles the group and
-        its errors).
+    device: torch.device
+    lists: dict[str, list[Tensor]] = field(default_factory=lambda: defaultdict(list))
+    names: list[str | None] = field(default_factory=list)  # the params' names, when the group has them
+    sharding: Any = None
+    sparse: bool = False  # sparse grads (Adagrad's own update: ``_step_sparse``)
 
-        Why here: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly
-        instead of tracing it, and installs the guards on ``param_groups`` and
-        ``state`` itself (torch/_dynamo/variables/optimizer.py). Traced, this
-        per-param Python was most of dynamo's time on a compiled step (RESULTS.md,
-        compile time). The result depends only on what those guards check: which params
-        have grads, their devices and dtypes, and the state's keys."""
-        self._stepped = True  # eager here even in a compiled step (see _opt_called)
-        group = self.__dict__["_groups"][index]
-        dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            if g.is_sparse or isinstance(p, dtensor) or isinstance(g, dtensor):
-                return None
-            for t in self.state.get(p, {}).values():  # (state made later is like its param)
-                if isinstance(t, dtensor):
-                    return None
-        buckets = self._buckets(group, index, plain=True)
-        if any(len(b["master_params"]) not in (0, len(b["params"])) for b in buckets.values()):
+    @property
+    def params(self) -> list[Tensor]:
+        return self.lists["params"]
+
+    @property
+    def grads(self) -> list[Tensor]:
+        return self.lists["grads"]
+
+    @property
+    def master_params(self) -> list[Tensor]:
+        return self.lists.get("master_params", [])
+
+    def add(self, tensors: list[tuple[str, Tensor]], name: str | None) -> None:
+        """One param's tensors (its op list arguments) and name."""
+        for arg, t in tensors:
+            self.lists[arg].append(t)
+        self.names.append(name)
+
+
+Buckets = dict[tuple[Any, ...], Bucket]  # (device, dtype, sharding or another key) -> bucket
+
+
+def init_group(opt: Any, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+    """The optimizer's ``_init_group``: the buckets of param group ``index`` when all its params
+    are plain tensors (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
+    ``opt._flat_lists``) with every bucket's tensors, bucket after bucket, and returns each
+    bucket's (number of params, has master copies, param names); None, with nothing filled,
+    otherwise (the traced :func:`make_buckets` then handles the group and its errors).
+
+    Why there: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly instead of
+    tracing it, and installs the guards on ``param_groups`` and ``state`` itself
+    (torch/_dynamo/variables/optimizer.py). Traced, this per-param Python was most of dynamo's
+    time on a compiled step (RESULTS.md, compile time). The result depends only on what those
+    guards check: which params have grads, their devices and dtypes, and the state's keys."""
+    opt._stepped = True  # eager here even in a compiled step (see _opt_called)
+    group = opt._groups[index]
+    dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
+    for p in group["params"]:
+        g = p.grad
+        if g is None:
+            continue
+        if g.is_sparse or isinstance(p, dtensor) or isinstance(g, dtensor):
             return None
-        out = dict(zip(self._flat_lists, lists))
-        for b in buckets.values():
-            for key in self._flat_lists:
-                out[key].extend(b[key])
-        return tuple((len(b["params"]), len(b["master_params"]) > 0, tuple(b["names"])) for b in buckets.values())
+        for t in opt.state.get(p, {}).values():  # (state made later is like its param)
+            if isinstance(t, dtensor):
+                return None
+    buckets = make_buckets(opt, group, index, plain=True)
+    if any(len(b.master_params) not in (0, len(b.params)) for b in buckets.values()):
+        return None
+    out = dict(zip(opt._flat_lists, lists))
+    for b in buckets.values():
+        for key in opt._flat_lists:
+            out[key].extend(b.lists.get(key, ()))
+    return tuple((len(b.params), len(b.master_params) > 0, tuple(b.names)) for b in buckets.values())
 
-    def _param_tensors(self, p: Tensor, state: dict[str, Any]) -> list[tuple[str, Tensor]]:
-        """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
-        out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in self._lists.items())]
-        if self._has_step:
-            out.append(("steps", state["step"]))
-        if "master_param" in state:
-            out.append(("master_params", state["master_param"]))
-        return out
 
-    def _group_buckets(self, group: dict[str, Any], index: int) -> dict[tuple[Any, ...], dict[str, Any]]:
-        """Param group ``index``'s buckets (see ``_buckets``): from ``_init_group`` when
-        it takes the group, else from ``_buckets``; a group holding an engine's flat
-        partitions (DeepSpeed ZeRO), from ``_deepspeed``."""
-        if not torch.compiler.is_compiling():  # (engines step eagerly)
-            flat = _deepspeed.flat_buckets(self, group)
-            if flat is not None:
-                return flat
-        if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
-            # A backward traced into the same graph (recipe (a)) sets the grads as
-            # pending side effects, which an eager _init_group cannot see: dynamo
-            # refuses it ("pending mutation on parameter"), so trace the buckets.
-            self._stepped_in_graph.fill_(True)
-            return self._buckets(group, index)
-        lists: list[list[Tensor]] = [[] for _ in self._flat_lists]
-        layout = self._init_group(index, *lists)
-        if layout is None:
-            return self._buckets(group, index)
-        flat = dict(zip(self._flat_lists, lists))
-        buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
-        lo = lo_master = 0
-        for n, has_master, names in layout:
-            b: dict[str, Any] = {k: v[lo:lo + n] for k, v in flat.items() if k != "master_params"}
-            b["sharding"] = None
-            b["names"] = list(names)
-            if has_master:
-                b["master_params"] = flat["master_params"][lo_master:lo_master + n]
-                lo_master += n
-            buckets[(b["params"][0].device, b["params"][0].dtype, None)] = b
-            lo += n
-        return buckets
+def group_buckets(opt: Any, group: dict[str, Any], index: int) -> Buckets:
+    """Param group ``index``'s buckets: from ``_init_group`` when it takes the group, else from
+    :func:`make_buckets`; a group holding an engine's flat partitions (DeepSpeed ZeRO), from
+    the optimizer's ``_engine_buckets`` (``_deepspeed``)."""
+    if not torch.compiler.is_compiling():  # (engines step eagerly)
+        flat = opt._engine_buckets(group)
+        if flat is not None:
+            return flat
+    if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
+        # A backward traced into the same graph (recipe (a)) sets the grads as
+        # pending side effects, which an eager _init_group cannot see: dynamo
+        # refuses it ("pending mutation on parameter"), so trace the buckets.
+        opt._stepped_in_graph.fill_(True)
+        return make_buckets(opt, group, index)
+    lists: list[list[Tensor]] = [[] for _ in opt._flat_lists]
+    layout = opt._init_group(index, *lists)
+    if layout is None:
+        return make_buckets(opt, group, index)
+    flat = dict(zip(opt._flat_lists, lists))
+    buckets: Buckets = {}
+    lo = lo_master = 0
+    for n, has_master, names in layout:
+        b = Bucket(flat["params"][lo].device, {k: v[lo:lo + n] for k, v in flat.items() if k != "master_params"},
+                   list(names))
+        if has_master:
+            b.lists["master_params"] = flat["master_params"][lo_master:lo_master + n]
+            lo_master += n
+        buckets[(b.device, b.params[0].dtype, None)] = b
+        lo += n
+    return buckets
 
-    def _buckets(self, group: dict[str, Any], index: int,
-                 plain: bool = False) -> dict[tuple[Any, ...], dict[str, Any]]:
-        """Params with a grad, with their state, grouped by (device, dtype,
-        sharding); lists are keyed by the op's argument names and hold local
-        shards of DTensors. Checks every DTensor's layout before anything runs.
-        ``plain``: the caller found no DTensor and no sparse grad (the per-tensor
-        sharding checks are skipped: the eager step's per-param Python)."""
-        buckets: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(lambda: defaultdict(list))
-        meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
-        names = group.get("param_names")  # set when built from model.named_parameters()
-        who = type(self).__name__
 
-        def name(i: int) -> str:
-            return repr(names[i]) if names else f"{i} of param group {index}"
+def _param_tensors(opt: Any, p: Tensor, state: dict[str, Any]) -> list[tuple[str, Tensor]]:
+    """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
+    out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in opt._lists.items())]
+    if opt._has_step:
+        out.append(("steps", state["step"]))
+    if "master_param" in state:
+        out.append(("master_params", state["master_param"]))
+    return out
 
-        for i, p in enumerate(group["params"]):
-            if p.grad is None:
-                continue
-            state = self._init_state(p, group)
-            if plain:
-                b = buckets[(p.device, p.dtype, None)]
-                b["sharding"] = None
-                b["names"].append(names[i] if names else None)
-                for arg, t in self._param_tensors(p, state):
-                    b[arg].append(t)
-                continue
-            if p.grad.is_sparse:
-                self._check_sparse(p, group, name(i))
-                b = buckets[(p.device, p.dtype, "sparse")]
-                b["sharding"], b["sparse"] = None, True
-                b["names"].append(names[i] if names else None)
-                for arg, t in self._param_tensors(p, state):
-                    b[arg].append(t)
-                continue
-            sharding = _sharding.sharding_of(p, p.grad, state, name(i), who)
-            if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
-                first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name(i)))
-                if not _sharding.same_mesh(first[0], sharding.mesh):
-                    raise ValueError(f"{who}: param {name(i)} is on a different device mesh than param {first[1]} "
-                                     "of the same param group, device and dtype; put them in separate param groups")
-            b = buckets[(p.device, p.dtype, sharding)]
-            b["sharding"] = sharding
-            b["names"].append(names[i] if names else None)
-            for arg, t in self._param_tensors(p, state):
-                b[arg].append(_sharding.local(t))
-        return buckets
 
-    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
-        """Raises unless this optimizer steps param ``name`` with its sparse grad
-        (``_step_sparse``); checked with every other argument, before any step."""
-        raise RuntimeError(f"{type(self).__name__} does not support sparse gradients (param {name})")
+def make_buckets(opt: Any, group: dict[str, Any], index: int, plain: bool = False) -> Buckets:
+    """Params with a grad, with their state, grouped by (device, dtype, sharding); lists hold
+    local shards of DTensors. Checks every DTensor's layout before anything runs. ``plain``: the
+    caller found no DTensor and no sparse grad (the per-tensor sharding checks are skipped: the
+    eager step's per-param Python)."""
+    buckets: Buckets = {}
+    meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
+    names = group.get("param_names")  # set when built from model.named_parameters()
+    who = type(opt).__name__
 
-    def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
-                     found_inf: Tensor | None) -> None:
-        raise NotImplementedError
+    def name(i: int) -> str:
+        return repr(names[i]) if names else f"{i} of param group {index}"
 
-    @staticmethod
-    def _on_bucket(value: Tensor, bucket: dict[str, Any]) -> Tensor:
-        """A group's scheduled tensor as the bucket's op takes it: itself when it is a 0-d
-        float32 tensor on the bucket's device (float64 buckets: any float dtype), else a
-        converted copy, made at every step (a user's tensor on another device or of another
-        dtype; a mixed-device group's)."""
-        p = bucket["params"][0]
-        if p.dtype == torch.float64 and value.dim() == 0 and value.device == p.device and value.is_floating_point():
-            return value
-        if follows(value, p.device):
-            return value
-        return value.detach().reshape(()).to(device=p.device, dtype=torch.float32, non_blocking=True)
+    def bucket(key: tuple[Any, ...], **fields: Any) -> Bucket:
+        if key not in buckets:
+            buckets[key] = Bucket(key[0], **fields)
+        return buckets[key]
 
-    def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
-        """The op's hyper-parameters for one bucket: the group's entries of the same
-        names (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device."""
-        for key, validate in self._scheduled.items():
-            # A value written into the group that no eager read synced (a compiled step
-            # reads the group as its guards saw it): the eager check and message.
-            value = group.get(key)
-            if value is not None and not isinstance(value, Tensor) and not (
-                    isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value)):
-                validate(as_floats(value))
-        values = dict(group)
-        if "betas" in group:
-            values["beta1"], values["beta2"] = group["betas"]
-        out = {}
-        for a in self._op.args:
-            if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
-                v = values[a.name]
-                # (a float written into the group that no eager read synced yet: the wrapper
-                # makes it a tensor; a compiled step then specializes on it)
-                out[a.name] = self._on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
-        return out
+    for i, p in enumerate(group["params"]):
+        if p.grad is None:
+            continue
+        state = opt._init_state(p, group)
+        param_name = names[i] if names else None
+        if plain:
+            bucket((p.device, p.dtype, None)).add(_param_tensors(opt, p, state), param_name)
+            continue
+        if p.grad.is_sparse:
+            opt._check_sparse(p, group, name(i))
+            bucket((p.device, p.dtype, "sparse"), sparse=True).add(_param_tensors(opt, p, state), param_name)
+            continue
+        sharding = _sharding.sharding_of(p, p.grad, state, name(i), who)
+        if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
+            first = meshes.setdefault((p.device, p.dtype), (sharding.mesh, name(i)))
+            if not _sharding.same_mesh(first[0], sharding.mesh):
+                raise ValueError(f"{who}: param {name(i)} is on a different device mesh than param {first[1]} "
+                                 "of the same param group, device and dtype; put them in separate param groups")
+        local = [(arg, _sharding.local(t)) for arg, t in _param_tensors(opt, p, state)]
+        bucket((p.device, p.dtype, sharding), sharding=sharding).add(local, param_name)
+    return buckets
 
-    def _bucket_args(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
-                     found_inf: Tensor | None, max_grad_norm: float) -> dict[str, Any]:
-        """One bucket's op arguments by name, every param of it (``_chunk`` cuts them per call)."""
-        op = self._op
-        args = {a.name: bucket[a.name] for a in op.args if a.role in _BUCKET_LISTS}
-        args.update(self._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
-        if bucket.get("master_params"):
-            args["master_params"] = bucket["master_params"]
-        if "max_grad_norm" in op.names:
-            args["max_grad_norm"] = max_grad_norm
-        return args
 
-    def _bucket_calls(self, group: dict[str, Any], bucket: dict[str, Any]) -> list[Any]:
-        """A plain bucket's op call, for a :class:`~._plan.GroupPlan` (the per-step values empty)."""
-        args = self._bucket_args(group, bucket, None, None, 0.0)
-        n = len(bucket["params"])
-        return op_calls(self._op, args, n, n, self._chunk)
+def on_bucket(value: Tensor, bucket: Bucket) -> Tensor:
+    """A group's scheduled tensor as the bucket's op takes it: itself when it is a 0-d
+    float32 tensor on the bucket's device (float64 buckets: any float dtype), else a
+    converted copy, made at every step (a user's tensor on another device or of another
+    dtype; a mixed-device group's)."""
+    p = bucket.params[0]
+    if p.dtype == torch.float64 and value.dim() == 0 and value.device == p.device and value.is_floating_point():
+        return value
+    if follows(value, p.device):
+        return value
+    return value.detach().reshape(()).to(device=p.device, dtype=torch.float32, non_blocking=True)
 
-    def _step_bucket(
-        self,
-        group: dict[str, Any],
-        bucket: dict[str, Any],
-        grad_scale: Tensor | None,
-        found_inf: Tensor | None,
-        max_grad_norm: float,
-    ) -> None:
-        """The op call of one bucket of ``group``: the one-call op, or for sharded
-        layer-wise buckets reduce, combine across shards, apply."""
-        if bucket.get("sparse"):
-            self._step_sparse(group, bucket, grad_scale, found_inf)
-            return
-        op = self._op
-        sharding = bucket["sharding"]
-        if not bucket["params"]:  # a rank with no piece of a sharded bucket: its share of the collective
-            if sharding is not None and len(self._ops.functions(torch.float32)) > 1:
-                _sharding.combine(torch.zeros((0, len(op.reductions)), device=bucket["device"]),
-                                  [c.combine for c in op.reductions], sharding)
-            return
-        dtype = bucket["params"][0].dtype
-        args = self._bucket_args(group, bucket, grad_scale, found_inf, max_grad_norm)
-        # One call per bucket eagerly; a traced step cuts it (max_tensors_per_call: Inductor's
-        # compile time), with the same bits (per-tensor math; the clip rule in ``step``).
-        n = len(bucket["params"])
-        size = self.max_tensors_per_call if torch.compiler.is_compiling() else n
-        if dtype == torch.float64:
-            # 0-d params (and their grads and state) as 1-element views: torch 2.13's
-            # dynamo drops in-place writes to 0-d float64 graph inputs (it takes them
-            # for wrapped Python floats).
-            shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
-            args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
-        chunks = [self._chunk(args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
-        step, *phases = self._ops.functions(dtype)
-        if sharding is None or not sharding.dims or not phases:
-            for chunk in chunks:
-                step(**chunk)
-            return
-        # one collective for the bucket, whatever its number of op calls
-        reduce, apply = phases
-        partials = [reduce(**chunk) for chunk in chunks]
-        totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
-                                   [c.combine for c in op.reductions], sharding)
-        lo = 0
+
+def hypers(opt: Any, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
+    """The op's hyper-parameters for one bucket: the group's entries of the same names
+    (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device (an optimizer's
+    ``_hypers`` may add per-param options)."""
+    for key, validate in opt._scheduled.items():
+        # A value written into the group that no eager read synced (a compiled step reads the
+        # group as its guards saw it): the eager check and message.
+        value = group.get(key)
+        if value is not None and not isinstance(value, Tensor) and not (
+                isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value)):
+            validate(as_floats(value))
+    values = dict(group)
+    if "betas" in group:
+        values["beta1"], values["beta2"] = group["betas"]
+    out = {}
+    for a in opt._op.args:
+        if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
+            v = values[a.name]
+            # (a float written into the group that no eager read synced yet: the wrapper
+            # makes it a tensor; a compiled step then specializes on it)
+            out[a.name] = on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
+    return out
+
+
+def _bucket_args(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+                 found_inf: Tensor | None, max_grad_norm: float) -> dict[str, Any]:
+    """One bucket's op arguments by name, every param of it (:func:`_chunk` cuts them per call)."""
+    op = opt._op
+    args: dict[str, Any] = {a.name: bucket.lists[a.name] for a in op.args if a.role in BUCKET_LISTS}
+    args.update(opt._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
+    if bucket.master_params:
+        args["master_params"] = bucket.master_params
+    if "max_grad_norm" in op.names:
+        args["max_grad_norm"] = max_grad_norm
+    return args
+
+
+def bucket_call(opt: Any, group: dict[str, Any], bucket: Bucket) -> tuple[Any, list[Any], dict[str, int]]:
+    """A plain bucket's one op call, for a :class:`~._plan.GroupPlan`: the op, its arguments in
+    schema order as the op takes them (the per-step values empty), and where the per-step
+    arguments sit (grads, grad_scale, found_inf, max_grad_norm)."""
+    spec = opt._op
+    args = _bucket_args(opt, group, bucket, None, None, 0.0)
+    slots = {a.name: i for i, a in enumerate(spec.args) if a.role is Role.GRADS
+             or a.name in ("grad_scale", "found_inf", "max_grad_norm")}
+    return spec.op, spec.to_op_args(spec.bind((), args)), slots
+
+
+def step_bucket(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+                found_inf: Tensor | None, max_grad_norm: float) -> None:
+    """The op call of one bucket of ``group``: the one-call op, or for sharded layer-wise buckets
+    reduce, combine across shards, apply."""
+    if bucket.sparse:
+        opt._step_sparse(group, bucket, grad_scale, found_inf)
+        return
+    op = opt._op
+    sharding = bucket.sharding
+    if not bucket.params:  # a rank with no piece of a sharded bucket: its share of the collective
+        if sharding is not None and len(opt._ops.functions(torch.float32)) > 1:
+            _sharding.combine(torch.zeros((0, len(op.reductions)), device=bucket.device),
+                              [c.combine for c in op.reductions], sharding)
+        return
+    dtype = bucket.params[0].dtype
+    args = _bucket_args(opt, group, bucket, grad_scale, found_inf, max_grad_norm)
+    # One call per bucket eagerly; a traced step cuts it (max_tensors_per_call: Inductor's
+    # compile time), with the same bits (per-tensor math; the clip rule in ``step``).
+    n = len(bucket.params)
+    size = opt.max_tensors_per_call if torch.compiler.is_compiling() else n
+    if dtype == torch.float64:
+        # 0-d params (and their grads and state) as 1-element views: torch 2.13's
+        # dynamo drops in-place writes to 0-d float64 graph inputs (it takes them
+        # for wrapped Python floats).
+        shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
+        args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
+    chunks = [_chunk(op, args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
+    step, *phases = opt._ops.functions(dtype)
+    if sharding is None or not sharding.dims or not phases:
         for chunk in chunks:
-            hi = lo + len(chunk["params"])
-            apply(reductions=totals[lo:hi], **chunk)
-            lo = hi
+            step(**chunk)
+        return
+    # one collective for the bucket, whatever its number of op calls
+    reduce, apply = phases
+    partials = [reduce(**chunk) for chunk in chunks]
+    totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
+                               [c.combine for c in op.reductions], sharding)
+    lo = 0
+    for chunk in chunks:
+        hi = lo + len(chunk["params"])
+        apply(reductions=totals[lo:hi], **chunk)
+        lo = hi
 
-    def _chunk(self, args: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
-        """The op arguments of params ``lo:hi`` of a bucket of ``n``: its lists and
-        per-param options sliced, everything else shared."""
-        if lo == 0 and hi == n:
-            return args
-        out = dict(args)
-        for a in self._op.args:
-            value = args.get(a.name)
-            if isinstance(value, (list, tuple)) and (a.role in _BUCKET_LISTS or a.role is Role.MASTER
-                                                     or (a.role in (Role.FLOATS, Role.BOOLS) and len(value) == n)):
-                out[a.name] = value[lo:hi]
-        return out
+
+def _chunk(op: OpSpec, args: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
+    """The op arguments of params ``lo:hi`` of a bucket of ``n``: its lists and per-param options
+    sliced, everything else shared."""
+    if lo == 0 and hi == n:
+        return args
+    out = dict(args)
+    for a in op.args:
+        value = args.get(a.name)
+        if isinstance(value, (list, tuple)) and (a.role in BUCKET_LISTS or a.role is Role.MASTER
+                                                 or (a.role in (Role.FLOATS, Role.BOOLS) and len(value) == n)):
+            out[a.name] = value[lo:hi]
+    return out

@@ -45,7 +45,39 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Pieces", "check_model_params", "flat_buckets", "release_replaced_state"]
+from ._buckets import Bucket
+
+__all__ = ["ModelTensors", "Pieces", "check_model_params", "flat_buckets", "forget_plans", "release_replaced_state"]
+
+
+class ModelTensors:
+    """The tensors an optimizer was given, in order (the same on every rank), with their names:
+    what an engine's flat partitions are mapped back to. Owned by the optimizer
+    (``opt._model``); a copy of the optimizer carries it (the index by id is rebuilt), not its
+    cache of partition maps."""
+
+    def __init__(self) -> None:
+        self.params: list[Tensor] = []
+        self.names: list[str | None] = []
+        self.index: dict[int, int] = {}  # id(param) -> its position
+        self.flat_plans: dict[int, _Plan] = {}  # id(flat partition) -> where its pieces lie
+
+    def add(self, params: list[Tensor], names: list[str | None] | None) -> None:
+        for p, name in zip(params, names or [None] * len(params)):
+            self.index[id(p)] = len(self.params)
+            self.params.append(p)
+            self.names.append(name)
+
+    def reindex(self) -> None:
+        self.index = {id(p): i for i, p in enumerate(self.params)}
+        self.flat_plans = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"params": self.params, "names": self.names}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.params, self.names = state["params"], state["names"]
+        self.reindex()
 
 
 @dataclass(eq=False)
@@ -104,14 +136,15 @@ class _Plan:
     group: Any
 
 
-def _model_params(opt: Any) -> list[Tensor]:
-    return opt.__dict__.get("_model_params", [])
+def forget_plans(opt: Any) -> None:
+    """Drops the cached partition maps (a copied or restored optimizer maps anew)."""
+    opt._model.flat_plans = {}
 
 
 def _is_foreign(opt: Any, params: list[Tensor]) -> bool:
     """Whether a param group holds tensors the optimizer was not given (an engine's flat
     partitions): none of them is one of the model params it was built with."""
-    known = opt.__dict__.get("_model_index")
+    known = opt._model.index
     return bool(known) and bool(params) and all(id(p) not in known for p in params)
 
 
@@ -120,10 +153,10 @@ def release_replaced_state(opt: Any) -> None:
     replaced by its flat partitions (they are in no param group any more): unused, it would
     hold a full copy of the optimizer state on every rank, and torch.optim's ``state_dict``
     cannot pack state of a tensor that is in no group."""
-    if not opt.__dict__.get("_model_index"):
+    if not opt._model.index:
         return
-    current = {id(p) for g in opt.__dict__["_groups"] for p in g["params"]}
-    for p in _model_params(opt):
+    current = {id(p) for g in opt._groups for p in g["params"]}
+    for p in opt._model.params:
         if id(p) not in current and p in opt.state:
             del opt.state[p]
 
@@ -150,7 +183,7 @@ def check_model_params(opt: Any, params: list[Tensor]) -> None:
 def _plan_zero12(opt: Any, flat: Tensor) -> _Plan | None:
     storage = flat.untyped_storage().data_ptr()
     pieces, groups = [], []
-    for index, p in enumerate(_model_params(opt)):
+    for index, p in enumerate(opt._model.params):
         if not hasattr(p, "_dp_group"):
             continue
         groups.append(p._dp_group)
@@ -170,7 +203,7 @@ def _plan_zero12(opt: Any, flat: Tensor) -> _Plan | None:
 def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
     import torch.distributed as dist
 
-    params = _model_params(opt)
+    params = opt._model.params
     zero3 = next((p._z3_optimizer for p in params if hasattr(p, "_z3_optimizer")), None)
     if zero3 is None:
         return None
@@ -179,7 +212,7 @@ def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
     if sub_group is None:
         _refuse(opt, f"DeepSpeed ZeRO-3 handed it a flat tensor of {flat.numel()} elements that is not one of "
                 "its fp32 partitions (a DeepSpeed version whose layout this release does not know)")
-    index_of = opt.__dict__["_model_index"]
+    index_of = opt._model.index
     group = zero3.dp_process_group
     rank = dist.get_rank(group)
     pieces = []
@@ -194,7 +227,7 @@ def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
 
 
 def _plan(opt: Any, flat: Tensor) -> _Plan:
-    cache = opt.__dict__.setdefault("_flat_plans", {})
+    cache = opt._model.flat_plans
     plan = cache.get(id(flat))
     if plan is not None and plan.flat() is flat:
         return plan
@@ -230,7 +263,7 @@ def _piece_state(opt: Any, flat: Tensor, group: dict[str, Any], pieces: int) -> 
     return state
 
 
-def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]] | None:
+def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], Bucket] | None:
     """The buckets of a param group that holds flat partitions, one per partition, each of
     the pieces of the model's tensors in it (:class:`Pieces`); None when the group holds
     the model's own tensors (or when the optimizer is element-wise: a flat partition is
@@ -241,8 +274,8 @@ def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], dict[
     release_replaced_state(opt)
     if not opt._op.reductions:
         return None
-    names = opt.__dict__["_model_names"]
-    buckets: dict[tuple[Any, ...], dict[str, Any]] = {}
+    names = opt._model.names
+    buckets: dict[tuple[Any, ...], Bucket] = {}
     for flat in params:
         if flat.grad is None:
             continue
@@ -252,17 +285,15 @@ def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], dict[
         plan = _plan(opt, flat)
         state = _piece_state(opt, flat, group, len(plan.pieces))
         where = plan.pieces
-        b: dict[str, Any] = {"params": [flat.narrow(0, s, n) for _, s, n in where],
-                             "grads": [flat.grad.narrow(0, s, n) for _, s, n in where],
-                             "names": [names[i] for i, _, _ in where]}
+        lists = {"params": [flat.narrow(0, s, n) for _, s, n in where],
+                 "grads": [flat.grad.narrow(0, s, n) for _, s, n in where]}
         for key, arg in opt._lists.items():  # (state like the partition; per-tensor values per piece)
             t = state[key]
-            b[arg] = [t[j] for j in range(len(where))] if key in opt._scalar_state_keys else \
+            lists[arg] = [t[j] for j in range(len(where))] if key in opt._scalar_state_keys else \
                 [t.narrow(0, s, n) for _, s, n in where]
         if opt._has_step:
-            b["steps"] = [state["step"][j] for j in range(len(where))]
+            lists["steps"] = [state["step"][j] for j in range(len(where))]
         index = torch.tensor([i for i, _, _ in plan.pieces], dtype=torch.int64, device=flat.device)
-        b["sharding"] = Pieces(plan.group, index, len(_model_params(opt)))
-        b["device"] = flat.device
-        buckets[(flat.device, flat.dtype, id(flat))] = b
+        buckets[(flat.device, flat.dtype, id(flat))] = Bucket(
+            flat.device, lists, [names[i] for i, _, _ in where], Pieces(plan.group, index, len(opt._model.params)))
     return buckets

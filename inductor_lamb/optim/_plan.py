@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..spec import Role
+from ._buckets import bucket_call
 from ._scheduled import follows
 
 __all__ = ["GroupPlan"]
@@ -61,12 +61,12 @@ _PYTHON = torch._C.DispatchKey.Python
 
 
 class GroupPlan:
-    """One param group's buckets (as ``Buckets._group_buckets`` made them) and op calls."""
+    """One param group's buckets (as ``_buckets.group_buckets`` made them) and op calls."""
 
     __slots__ = ("params", "keys", "values", "tensors_per_call", "mask", "state", "state_count", "state_at",
                  "states", "state_lens", "state_tensors", "buckets", "grads_of", "prepared")
 
-    def __init__(self, opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+    def __init__(self, opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> None:
         params = group["params"]
         self.params = list(params)
         self.keys = tuple(k for k in group if k != "params")
@@ -95,29 +95,29 @@ class GroupPlan:
         self.prepared = torch.classes.lamb.StepPlan(self.params, self.mask)
         self.grads_of: list[Callable[[list[Tensor]], list[Tensor]]] = []  # per bucket, among the group's
         for k, bucket in enumerate(buckets.values()):
-            at = [index[id(p)] for p in bucket["params"]]
+            at = [index[id(p)] for p in bucket.params]
             self.grads_of.append(operator.itemgetter(slice(at[0], at[0] + len(at)))
                                  if at == list(range(at[0], at[0] + len(at))) else
                                  (lambda grads, at=at: [grads[i] for i in at]))
-            for op, args, lo, hi, slots in opt._bucket_calls(group, bucket):
-                ops.run_checks(op, *args)
-                self.prepared.add_call(str(op._schema.name), [None if a == [] else a for a in args], at[lo:hi], k,
-                                       slots["grads"], slots.get("grad_scale", -1), slots.get("found_inf", -1),
-                                       slots.get("max_grad_norm", -1))
+            op, args, slots = bucket_call(opt, group, bucket)
+            ops.run_checks(op, *args)
+            self.prepared.add_call(str(op._schema.name), [None if a == [] else a for a in args], at, k,
+                                   slots["grads"], slots.get("grad_scale", -1), slots.get("found_inf", -1),
+                                   slots.get("max_grad_norm", -1))
         if not self.prepared.bind(grads):
             raise RuntimeError(f"{type(opt).__name__}: a new step plan does not hold for its own grads")
 
     @staticmethod
-    def plannable(opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], dict[str, Any]]) -> bool:
+    def plannable(opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> bool:
         """Whether a group's buckets can be planned: the group's own params (not an engine's
         pieces of them), plain tensors of the ops' dtypes, and scheduled tensors the ops take
         as they are (a call prepared with a converted copy would not follow the original)."""
         own = {id(p) for p in group["params"]}
         scheduled = [t for key in opt._scheduled if key in group
                      for t in (group[key] if isinstance(group[key], tuple) else (group[key],))]
-        return all(b.get("sharding") is None and not b.get("sparse") and b["params"]
-                   and b["params"][0].dtype != torch.float64 and all(id(p) in own for p in b["params"])
-                   and all(follows(t, b["params"][0].device) for t in scheduled)
+        return all(b.sharding is None and not b.sparse and b.params
+                   and b.params[0].dtype != torch.float64 and all(id(p) in own for p in b.params)
+                   and all(follows(t, b.device) for t in scheduled)
                    for b in buckets.values()) and all(map(_plain, group["params"]))
 
 
@@ -147,7 +147,7 @@ class GroupPlan:
     def refresh(self, grads: list[Tensor]) -> None:
         """This step's grads into the buckets (what clipping across buckets reads)."""
         for bucket, grads_of in zip(self.buckets.values(), self.grads_of):
-            bucket["grads"] = grads_of(grads)
+            bucket.lists["grads"] = grads_of(grads)
 
     def run(self, per_bucket: list[tuple[Tensor | None, Tensor | None, float]]) -> None:
         """The prepared calls with the bound grads and each bucket's (grad_scale, found_inf,
@@ -158,17 +158,5 @@ class GroupPlan:
     def release(self) -> None:
         """Drops this step's grads (the plan must not keep a freed grad alive until the next step)."""
         for bucket in self.buckets.values():
-            bucket["grads"] = None
+            bucket.lists["grads"] = None
         self.prepared.bind([])  # (a list of the wrong length: binds nothing, drops what was bound)
-
-
-def op_calls(spec: Any, args: dict[str, Any], n: int, size: int,
-             chunk: Callable[[dict[str, Any], int, int, int], dict[str, Any]]) -> list[tuple[Any, list[Any], int, int,
-                                                                                            dict[str, int]]]:
-    """A bucket's op calls, per ``size`` params: (the op, its arguments in schema order as the
-    op takes them, the params' range, where the per-step arguments sit: grads, grad_scale,
-    found_inf, max_grad_norm)."""
-    slots = {a.name: i for i, a in enumerate(spec.args) if a.role is Role.GRADS
-             or a.name in ("grad_scale", "found_inf", "max_grad_norm")}
-    return [(spec.op, spec.to_op_args(spec.bind((), chunk(args, lo, min(lo + size, n), n))), lo, min(lo + size, n),
-             slots) for lo in range(0, n, size)]

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..spec import ADAGRAD
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
+from ._base import Bucket, FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
 __all__ = ["Adagrad"]
 
@@ -75,7 +75,7 @@ class Adagrad(FusedOptimizer):
             raise RuntimeError(f"Adagrad: param {name} is sparse; sparse gradients need a dense param")
 
     @torch.no_grad()
-    def _step_sparse(self, group: dict[str, Any], bucket: dict[str, Any], grad_scale: Tensor | None,
+    def _step_sparse(self, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
                      found_inf: Tensor | None) -> None:
         """torch.optim.Adagrad's sparse update: only the rows a sparse grad touches
         change, in ``sum`` and in the param, at a cost in those rows alone: the
@@ -84,8 +84,8 @@ class Adagrad(FusedOptimizer):
         if found_inf is not None and bool(found_inf):
             return
         lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
-        masters = bucket.get("master_params") or [None] * len(bucket["params"])
-        for p, g, s, step, master in zip(bucket["params"], bucket["grads"], bucket["state_sums"], bucket["steps"],
+        masters = bucket.master_params or [None] * len(bucket.params)
+        for p, g, s, step, master in zip(bucket.params, bucket.grads, bucket.lists["state_sums"], bucket.lists["steps"],
                                          masters):
             g = g.coalesce()  # duplicate indices summed, as torch's update does
             rows = _SparseRows(g._indices())

@@ -11,7 +11,7 @@ from typing_extensions import Unpack
 from torch import Tensor
 
 from ..spec import LARS
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
+from ._base import Bucket, FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
 __all__ = ["Lars"]
 
@@ -122,10 +122,10 @@ class Lars(FusedOptimizer):
         if self._excludes and not self.param_groups[-1].get("param_names"):
             raise ValueError("Lars: exclusions need parameter names: build the optimizer from model.named_parameters()")
 
-    def _hypers(self, group: dict[str, Any], bucket: dict[str, Any]) -> dict[str, Any]:
+    def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
         out = super()._hypers(group, bucket)
         if self._excludes:  # per-param lists from the parameter names
-            names = bucket["names"]
+            names = bucket.names
             out["weight_decay"] = [0.0 if self._no_decay(n) else group["weight_decay"] for n in names]
             out["layer_adaptation"] = [not self._no_adapt(n) for n in names]
         return out
