@@ -410,6 +410,53 @@ def run_sparse(args) -> list[dict]:
     return [{"method": name, "ms": t} for name, t in ms.items()]
 
 
+def run_vs_adamw(args) -> list[dict]:
+    """Each optimizer's eager ``opt.step()`` against ``torch.optim.AdamW(fused=True)`` on the same
+    shapes, at 1 and 2 threads: all rows of a (list, threads) cell alternate in rounds (the best
+    round's median each), beside a STREAM triad measured in the same rounds; GB/s at each
+    method's bytes/param floor."""
+    from benchmarks.common import median_seconds
+
+    lists = {"BERT-like": bert_like_shapes(),
+             "BERT-large sizes": bert_like_shapes(hidden=1024, ffn=4096, layers=3, vocab=8192)}
+    makers = {"Lamb": lambda ps: inductor_lamb.Lamb(ps, lr=1e-3), "Lamb16": lambda ps: inductor_lamb.Lamb16(ps, lr=1e-3),
+              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3),
+              "AdamW(fused=True)": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True)}
+    floor = {"Lamb": 40, "Lamb16": 26, "Lars": 28, "AdamW(fused=True)": 28}
+    a, b, c = (torch.rand(1 << 25) for _ in range(3))
+    out = []
+    print(machine_line(2))
+    print("| list | threads | optimizer | ms | x AdamW | GB/s | % triad |")
+    print("|---|---|---|---|---|---|---|")
+    for list_name, shapes in lists.items():
+        gen = torch.Generator().manual_seed(0)
+        opts = {}
+        for name, make in makers.items():
+            ps = [torch.nn.Parameter(torch.randn(s, generator=gen) * 0.02) for s in shapes]
+            for p in ps:
+                p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+            opts[name] = make(ps)
+            opts[name].step()
+        n = numel(shapes)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            best: dict[str, float] = {}
+            for _ in tqdm(range(5), desc=f"{list_name}, {threads} threads", file=sys.stderr):
+                for name, opt in opts.items():
+                    best[name] = min(best.get(name, float("inf")), median_seconds(opt.step, lambda: None, 7))
+                triad = median_seconds(lambda: torch.add(b, c, alpha=1.5, out=a), lambda: None, 7)
+                best["triad"] = min(best.get("triad", float("inf")), triad)
+            triad_gbs = 12 * a.numel() / best["triad"] / 1e9
+            for name in opts:
+                gbs = floor[name] * n / best[name] / 1e9
+                row = {"list": list_name, "threads": threads, "optimizer": name, "ms": best[name] * 1e3,
+                       "x_adamw": best[name] / best["AdamW(fused=True)"], "gbs": gbs, "triad": triad_gbs}
+                out.append(row)
+                print(f"| {list_name} ({len(shapes)} tensors, {n / 1e6:.1f}M) | {threads} | {name} | "
+                      f"{row['ms']:.2f} | {row['x_adamw']:.2f} | {gbs:.1f} | {gbs / triad_gbs * 100:.0f}% |")
+    return out
+
+
 def state_bytes(shapes) -> str:
     """Measured state bytes per param of Lamb16 and Lamb on these shapes."""
     params = [torch.nn.Parameter(torch.empty(s)) for s in shapes]
@@ -465,8 +512,13 @@ def main():
                     help="only the table of what the argument checks cost against the step (1, 68, 1000 tensors)")
     ap.add_argument("--sparse", action="store_true",
                     help="only the sparse Adagrad table (1M x 128 embedding, 1%% of rows touched)")
+    ap.add_argument("--vs-adamw", action="store_true",
+                    help="only the optimizers' steps against torch's fused AdamW at 1 and 2 threads, on the "
+                         "BERT-like list and on BERT-large's tensor sizes, with a triad from the same run")
     args = ap.parse_args()
-    if args.checks:
+    if args.vs_adamw:
+        run_vs_adamw(args)
+    elif args.checks:
         run_checks(args)
     elif args.rounding:
         run_rounding(args)

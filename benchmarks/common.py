@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import statistics
@@ -26,8 +27,21 @@ def machine_line(threads: int) -> str:
         pass
     import inductor_lamb
 
-    return (f"{cpu}; {os.cpu_count()} logical CPUs; {threads} torch threads; torch {torch.__version__}; "
-            f"kernels: {inductor_lamb.cpu_capability()}")
+    return (f"{cpu}; {os.cpu_count()} logical CPUs; caches {cache_sizes()}; {threads} torch threads; "
+            f"torch {torch.__version__}; kernels: {inductor_lamb.cpu_capability()}")
+
+
+def cache_sizes() -> str:
+    """CPU 0's data and unified caches as the kernel reports them (a VM's may be its host's)."""
+    out = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            kind = open(f"{index}/type").read().strip()
+            if kind in ("Data", "Unified"):
+                out.append(f"L{open(f'{index}/level').read().strip()} {open(f'{index}/size').read().strip()}")
+        except OSError:
+            continue
+    return ", ".join(out) or "unknown"
 
 
 def bench(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_iters: int = 200) -> float:

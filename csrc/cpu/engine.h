@@ -143,7 +143,7 @@ struct CpuCall {
 
   ChunkSpan chunk_span() const { return {chunks.data(), static_cast<int64_t>(chunks.size())}; }
   Block whole() const { return {0, int64_t(n), 0, int64_t(chunks.size())}; }
-  ChunkSpan chunk_span(const Block& b) const { return {chunks.data() + b.c0, b.c1 - b.c0}; }
+  ChunkSpan chunk_span(const Block& b) const { return {chunks.data() + b.c0, b.c1 - b.c0, apply_backward}; }
   double lr() const { return lr_t.item<float>(); }
   float inv_grad_scale() const { return cpu::inv_grad_scale(grad_scale_t); }
 
@@ -167,6 +167,7 @@ struct CpuCall {
   int master;  // index of the master params among the state lists, or -1
   std::vector<TensorPtrs> tensors;
   std::vector<Chunk> chunks;
+  bool apply_backward = false;  // chunk spans of pass 2 in a one-call step (ChunkSpan::backward)
 };
 
 // The entry points of a two-phase op (reduce, apply, and the one-call step) from
@@ -208,7 +209,9 @@ class TwoPhaseStep {
       r.assign(k_ * (b.t1 - b.t0), 0.0);
       self().reduce_block(b, r.data());
       for (double& x : r) x = float(x);
+      c_.apply_backward = true;  // (pass 2 starts where pass 1 ended: ChunkSpan::backward)
       self().apply_block(b, r.data());
+      c_.apply_backward = false;
     }
     self().end(true, true);
   }

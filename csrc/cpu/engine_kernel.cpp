@@ -12,10 +12,13 @@ void sumsq(const SumSqArgs& args) {
     dispatch_dtype(args.dtypes[c.tensor], [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(args.ptrs[c.tensor]);
-      vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-        F2 v = load2(x + i, n);
-        acc.add({v.a * scale, v.b * scale}, n);
-      });
+      vec_range(
+          c.begin, c.end,
+          [&](int64_t i, int64_t n) {
+            F2 v = load2(x + i, n);
+            acc.add({v.a * scale, v.b * scale}, n);
+          },
+          x);
     });
     args.partials[ci] = acc.value();
   });

@@ -45,14 +45,18 @@ void pass1(const Lamb16Args& args) {
     const Elem e(args.consts, k.beta1_scale, k.beta2_scale);
     SumSq p_sq, u_sq;
     AbsMax m_max, v_max;
-    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      Lamb16Loads<T> r(t, grad_mul, i, n);
-      const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
-      p_sq.add(r.p, n);
-      u_sq.add(u, n);
-      m_max.add(r.m, n);
-      v_max.add(r.v, n);
-    });
+    vec_range(
+        c.begin, c.end,
+        [&](int64_t i, int64_t n) {
+          Lamb16Loads<T> r(t, grad_mul, i, n);
+          const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
+          p_sq.add(r.p, n);
+          u_sq.add(u, n);
+          m_max.add(r.m, n);
+          v_max.add(r.v, n);
+        },
+        static_cast<const T*>(t.grad), static_cast<const T*>(t.param), t.master,
+        static_cast<const uint8_t*>(t.state[0]), static_cast<const uint8_t*>(t.state[1]));
     args.sums[2 * ci] = p_sq.value();
     args.sums[2 * ci + 1] = u_sq.value();
     args.maxes[2 * ci] = m_max.value();
@@ -76,30 +80,34 @@ void pass2_loop(const Lamb16Args& args) {
     float* const master = t.master;
     uint8_t* const m8 = static_cast<uint8_t*>(t.state[0]);
     uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
-    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      Lamb16Loads<T> r(t, grad_mul, i, n);
-      const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
-      MomentCodes codes[2];
-      // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
-      const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
-        p = p - step_size * moments_update(e, g, p, m, v);
-        m = e.m_code(m);
-        v = e.v_code(v);
-        if constexpr (Stochastic) codes[half] = stochastic_codes(key, g, m, v, old.m + half * W, old.v + half * W);
-      };
-      finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
-      finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
-      if constexpr (Stochastic)  // (a rounded param's bits come from its moments' element hash)
-        store_param(t, param, i, n, r.p, [&](int half) { return param_hash_of_element(codes[half].hash); });
-      else
-        store_param(param, master, i, n, r.p);
-      if constexpr (Stochastic) {
-        store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
-      } else {
-        store2(reinterpret_cast<M8*>(m8 + i), n, r.m);
-        store2(reinterpret_cast<V8*>(v8 + i), n, r.v);
-      }
-    });
+    vec_range(
+        c.begin, c.end,
+        [&](int64_t i, int64_t n) {
+          Lamb16Loads<T> r(t, grad_mul, i, n);
+          const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
+          MomentCodes codes[2];
+          // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
+          const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
+            p = p - step_size * moments_update(e, g, p, m, v);
+            m = e.m_code(m);
+            v = e.v_code(v);
+            if constexpr (Stochastic) codes[half] = stochastic_codes(key, g, m, v, old.m + half * W, old.v + half * W);
+          };
+          finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
+          finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
+          if constexpr (Stochastic)  // (a rounded param's bits come from its moments' element hash)
+            store_param(t, param, i, n, r.p, [&](int half) { return param_hash_of_element(codes[half].hash); });
+          else
+            store_param(param, master, i, n, r.p);
+          if constexpr (Stochastic) {
+            store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
+          } else {
+            store2(reinterpret_cast<M8*>(m8 + i), n, r.m);
+            store2(reinterpret_cast<V8*>(v8 + i), n, r.v);
+          }
+        },
+        static_cast<const T*>(t.grad), static_cast<const T*>(param), master, static_cast<const uint8_t*>(m8),
+        static_cast<const uint8_t*>(v8));
   });
 }
 

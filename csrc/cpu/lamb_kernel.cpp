@@ -20,17 +20,20 @@ void pass1(const LambArgs& args) {
     float* m_ptr = state_f32(t, 0);
     float* v_ptr = state_f32(t, 1);
     SumSq p_sq, u_sq;
-    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      F2 g = load2(static_cast<const T*>(t.grad) + i, n);
-      F2 p = load_param(static_cast<const T*>(t.param), t.master, i, n);
-      F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
-      e.moments(g.a * grad_mul, m.a, v.a);
-      e.moments(g.b * grad_mul, m.b, v.b);
-      store2(m_ptr + i, n, m);
-      store2(v_ptr + i, n, v);
-      p_sq.add(p, n);
-      u_sq.add({e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)}, n);
-    });
+    vec_range(
+        c.begin, c.end,
+        [&](int64_t i, int64_t n) {
+          F2 g = load2(static_cast<const T*>(t.grad) + i, n);
+          F2 p = load_param(static_cast<const T*>(t.param), t.master, i, n);
+          F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
+          e.moments(g.a * grad_mul, m.a, v.a);
+          e.moments(g.b * grad_mul, m.b, v.b);
+          store2(m_ptr + i, n, m);
+          store2(v_ptr + i, n, v);
+          p_sq.add(p, n);
+          u_sq.add({e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)}, n);
+        },
+        static_cast<const T*>(t.grad), t.master ? nullptr : static_cast<const T*>(t.param), t.master, m_ptr, v_ptr);
     args.partials[2 * ci] = p_sq.value();
     args.partials[2 * ci + 1] = u_sq.value();
   });
@@ -45,12 +48,15 @@ void pass2(const LambArgs& args) {
     T* param = static_cast<T*>(t.param);
     const float* m_ptr = state_f32(t, 0);
     const float* v_ptr = state_f32(t, 1);
-    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      const F2 p0 = load_param(param, t.master, i, n);
-      const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
-      const F2 p{p0.a - step_size * e.update(p0.a, m.a, v.a), p0.b - step_size * e.update(p0.b, m.b, v.b)};
-      store_param(t, param, i, n, p, p0, m);  // (a rounded param hashes the new m: pass 2 reads no grad)
-    });
+    vec_range(
+        c.begin, c.end,
+        [&](int64_t i, int64_t n) {
+          const F2 p0 = load_param(param, t.master, i, n);
+          const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
+          const F2 p{p0.a - step_size * e.update(p0.a, m.a, v.a), p0.b - step_size * e.update(p0.b, m.b, v.b)};
+          store_param(t, param, i, n, p, p0, m);  // (a rounded param hashes the new m: pass 2 reads no grad)
+        },
+        static_cast<const T*>(param), t.master, m_ptr, v_ptr);
   });
 }
 

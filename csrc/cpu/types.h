@@ -17,6 +17,10 @@ struct Chunk {
 struct ChunkSpan {
   const Chunk* data;
   int64_t size;
+  // Each thread takes its share of the chunks last to first: the pass 2 of a one-call step
+  // (TwoPhaseStep) so that it starts on the chunks the same thread's pass 1 read last, still in
+  // its caches. Only for loops whose chunks are independent (no reduction across them).
+  bool backward = false;
 };
 
 // One list index of an op, as the kernels see it (the CPU tensor table).

@@ -270,11 +270,31 @@ inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, con
   });
 }
 
-// f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth.
-template <typename F>
-inline void vec_range(int64_t begin, int64_t end, const F& f) {
+// How far ahead of a loop its streams are prefetched, in elements (1 KB of a float32 stream).
+// A loop step's math keeps its loads' cache misses from overlapping enough on its own: one core
+// streams from DRAM only as fast as it has misses in flight, and the hardware prefetchers ramp up
+// per stream. Measured on a 2-vCPU Xeon (AVX512; docs/design.md): LAMB's step went from 1.72x to
+// 1.41-1.48x fused AdamW's time (its bytes ratio is 1.43); 128 to 256 elements did best, 1024 less.
+constexpr int64_t kPrefetchAhead = 256;
+
+// Prefetches the bytes a loop step will read kPrefetchAhead elements after element i of stream
+// p (into every cache level; a prefetch never faults, past the end of a tensor included).
+template <typename T>
+inline void prefetch_ahead(const T* p, int64_t i) {
+  if (p == nullptr) return;  // (an absent stream: no master copy)
+  const char* at = reinterpret_cast<const char*>(p + i + kPrefetchAhead);
+  for (int64_t b = 0; b < int64_t(kWidth * sizeof(T)); b += 64) __builtin_prefetch(at + b, 0, 3);
+}
+
+// f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth. The
+// streams `ahead` (the loop's element arrays, any types) are prefetched ahead of each step.
+template <typename F, typename... S>
+inline void vec_range(int64_t begin, int64_t end, const F& f, const S*... ahead) {
   int64_t i = begin;
-  for (; i + kWidth <= end; i += kWidth) f(i, kWidth);
+  for (; i + kWidth <= end; i += kWidth) {
+    (prefetch_ahead(ahead, i), ...);
+    f(i, kWidth);
+  }
   if (i < end) f(i, end - i);
 }
 
@@ -285,7 +305,11 @@ inline void vec_range(int64_t begin, int64_t end, const F& f) {
 // at any thread count.
 template <typename F>
 __attribute__((noinline)) void run_chunks(ChunkSpan chunks, int64_t b, int64_t e, const F& body) {
-  for (int64_t i = b; i < e; ++i) body(i, chunks.data[i]);
+  if (chunks.backward) {
+    for (int64_t i = e - 1; i >= b; --i) body(i, chunks.data[i]);
+  } else {
+    for (int64_t i = b; i < e; ++i) body(i, chunks.data[i]);
+  }
 }
 
 // body(chunk_index, chunk) for every chunk, spread over at::parallel_for's threads.
@@ -327,14 +351,17 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
     const auto e = make_elem(c);
     T* param = static_cast<T*>(t.param);
     float* state = state_f32(t, 0);
-    vec_range(c.begin, c.end, [&](int64_t i, int64_t n) {
-      const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
-      const F2 p0 = load_param(param, t.master, i, n);
-      F2 s = load2(state + i, n);
-      const F2 p{e.step(g.a, p0.a, s.a), e.step(g.b, p0.b, s.b)};
-      store2(state + i, n, s);
-      store_param(t, param, i, n, p, p0, g);  // (a rounded param hashes the grad)
-    });
+    vec_range(
+        c.begin, c.end,
+        [&](int64_t i, int64_t n) {
+          const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
+          const F2 p0 = load_param(param, t.master, i, n);
+          F2 s = load2(state + i, n);
+          const F2 p{e.step(g.a, p0.a, s.a), e.step(g.b, p0.b, s.b)};
+          store2(state + i, n, s);
+          store_param(t, param, i, n, p, p0, g);  // (a rounded param hashes the grad)
+        },
+        static_cast<const T*>(t.grad), static_cast<const T*>(param), t.master, state);
   });
 }
 
