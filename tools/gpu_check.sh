@@ -8,7 +8,8 @@
 #                                    # and LAMB's kernels (about 5 minutes on an H100: build
 #                                    # 50 s, tests 140 s)
 #   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), the GPT-2
-#                                    # training step, FSDP2 + Lamb on NCCL (world size 1) against
+#                                    # training step, the compiled recipes with reduce-overhead
+#                                    # (bench_recipes), FSDP2 + Lamb on NCCL (world size 1) against
 #                                    # CPU/gloo, the step tables' peers (reference, timm, torchao)
 #   bash tools/gpu_check.sh 1 2      # both, one after the other
 #
@@ -73,6 +74,9 @@ for half in "${halves[@]}"; do
   elif [ "$half" = 2 ]; then
     $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
       | tee "$out/train_step_gpt2.txt"
+    # The compiled recipes with reduce-overhead (CUDA graphs) beside fused AdamW, cold compiles
+    timeout 400 $py -m benchmarks.bench_recipes --device cuda --opt lamb adamw --lists small \
+      --json "$out/recipes_cuda.json" 2>&1 | tail -20 | tee "$out/recipes_cuda.txt"
     # FSDP2 + Lamb on NCCL at world size 1, eager and compiled, and the same run on CPU/gloo
     for args in "" "--compile"; do
       $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
