@@ -78,8 +78,9 @@ def _dead_handle() -> StepHandle:
     return StepHandle.__new__(StepHandle)
 
 
-AVAILABLE = register_opaque_type is not None
-if AVAILABLE:
+def _define_op() -> Any:
+    """Registers the handle type and defines ``lamb::_eager_step`` (None where this torch's
+    custom-class API differs: compiled steps then trace their op calls)."""
     register_opaque_type(StepHandle)
 
     @torch.library.custom_op("lamb::_eager_step", mutates_args=())
@@ -105,8 +106,16 @@ if AVAILABLE:
     from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
     _register_effectful_op(torch.ops.lamb._eager_step.default, _EffectType.ORDERED)
-else:  # pragma: no cover
-    eager_step = None
+    return eager_step
+
+
+eager_step: Any = None
+if register_opaque_type is not None:
+    try:
+        eager_step = _define_op()
+    except Exception:  # noqa: BLE001  (an older or newer custom-class API: never break the import)
+        eager_step = None
+AVAILABLE = eager_step is not None
 
 
 def _root_code() -> Any:
