@@ -162,6 +162,12 @@ std::string build_info() { return INDUCTOR_LAMB_BUILD_INFO; }
 
 int64_t max_cpu_capability() { return static_cast<int64_t>(inductor_lamb::cpu::max_cpu_capability()); }
 
+// force >= 0: the last-level cache size the CPU step plans for (0: the system's). Returns the one in use.
+int64_t cpu_cache_bytes(int64_t force) {
+  if (force >= 0) inductor_lamb::cpu::set_last_level_cache_bytes(force);
+  return inductor_lamb::cpu::last_level_cache_bytes();
+}
+
 }  // namespace
 
 const Contract& contract_of(const std::string& op) {
@@ -241,11 +247,12 @@ TORCH_LIBRARY(lamb, m) {
       "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(d!)[]? master_params=None) -> ()");
   // Utilities (no tensors): each op's contract, for inductor_lamb/spec.py; what the module was
-  // built against; CPU ISA selection.
+  // built against; CPU ISA selection; the cache size the CPU step plans for.
   m.def("_contract(str op) -> str", &inductor_lamb::contract_text);
   m.def("_build_info() -> str", &inductor_lamb::build_info);
   m.def("_cpu_capability(int force=-1) -> int", &inductor_lamb::cpu_capability);
   m.def("_max_cpu_capability() -> int", &inductor_lamb::max_cpu_capability);
+  m.def("_cpu_cache_bytes(int force=-1) -> int", &inductor_lamb::cpu_cache_bytes);
 }
 
 TORCH_LIBRARY_IMPL(lamb, Autograd, m) {

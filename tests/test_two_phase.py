@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bit_cases import available_capabilities
 from conftest import assert_tensor_close, clone_lists, equal, raw_op_kwargs, spec_lists
 
 import inductor_lamb
@@ -111,6 +112,42 @@ def test_one_call_is_reduce_then_apply_bit_for_bit(case, shapes, variant):
         assert not any(changed) and torch.count_nonzero(reductions) == 0
     else:
         assert changed[0]  # the step ran
+
+
+@pytest.fixture
+def cache_bytes():
+    """Sets the last-level cache size the CPU step plans for; the system's again afterwards."""
+    yield lambda n: torch.ops.lamb._cpu_cache_bytes(n)
+    torch.ops.lamb._cpu_cache_bytes(0)
+
+
+# LAMB's one-call step on CPU stashes each element's update in pass 1 for pass 2 to apply
+# (csrc/cpu/engine.h), stored plainly where a block fits the last-level cache and streamed where
+# it does not (a 1 MiB cache: every block of more than 64K elements), except for bf16 params
+# rounded stochastically, which recompute. Every way gives the two-phase form's bits (it
+# recomputes), on every instruction set and thread count.
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cache", ["system", "1MiB"])
+@pytest.mark.parametrize("cap", available_capabilities())
+@pytest.mark.parametrize("variant", ["fp32", "bf16_rounded", "bf16_master", "noncontiguous"])
+@pytest.mark.parametrize("case", ["lamb", "lamb_clip_grad_scale", "lamb_no_adapt"])
+def test_lamb_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cache_bytes):
+    inductor_lamb.set_cpu_capability(cap)
+    torch.set_num_threads(threads)
+    if cache == "1MiB":
+        assert cache_bytes(1 << 20) == 1 << 20
+    dtype = torch.bfloat16 if variant.startswith("bf16") else torch.float32
+    name, args, kwargs = case_args(case, dtype=dtype, layout="transposed" if variant == "noncontiguous" else None,
+                                   shapes=BLOCK_SHAPES + [(70000,), (5, 3)])
+    if variant == "bf16_rounded":
+        del kwargs["master_params"]
+    b_args, b_kwargs = clone_lists(args), dict(kwargs)
+    if "master_params" in kwargs:
+        b_kwargs["master_params"] = [t.clone() for t in kwargs["master_params"]]
+    for lr in LRS:
+        one_call(name, args, torch.tensor(lr), kwargs)
+        two_phase(name, b_args, torch.tensor(lr), b_kwargs)
+    assert_bit_identical(args, kwargs, b_args, b_kwargs)
 
 
 @pytest.mark.parametrize("path", ["lowering", "decomposition"])

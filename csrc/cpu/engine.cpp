@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <memory>
+
+#include <unistd.h>
 
 namespace inductor_lamb::cpu {
 
@@ -88,6 +91,58 @@ std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_ten
   }
   if (num_tensors > 0) blocks.push_back(b);
   return blocks;
+}
+
+namespace {
+std::atomic<int64_t>& cache_bytes_override() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
+}  // namespace
+
+int64_t last_level_cache_bytes() {
+  static const int64_t system = [] {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long v = sysconf(name);
+      if (v > 0) return int64_t(v);
+    }
+    return int64_t(32) << 20;
+  }();
+  const int64_t forced = cache_bytes_override().load();
+  return forced > 0 ? forced : system;
+}
+
+void set_last_level_cache_bytes(int64_t bytes) { cache_bytes_override().store(std::max<int64_t>(bytes, 0)); }
+
+namespace {
+// The calling thread's stash buffer, grown to the largest block it has stashed and kept: a
+// fresh allocation of that size each step would cost its page faults, more than the stash saves.
+float* stash_buffer(int64_t elems) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    int64_t size = 0;
+  };
+  thread_local Buffer buf;
+  if (buf.size < elems) {
+    buf.data.reset();
+    const size_t bytes = (size_t(elems) * sizeof(float) + 63) / 64 * 64;
+    buf.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    TORCH_CHECK(buf.data, "out of memory allocating ", bytes, " bytes for the step's update stash");
+    buf.size = elems;
+  }
+  return buf.data.get();
+}
+}  // namespace
+
+UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<int64_t>& numels, const Block& b,
+                      int64_t pass1_bytes, std::vector<int64_t>& offset) {
+  int64_t total = 0;
+  for (int64_t t = b.t0; t < b.t1; ++t) {
+    offset[t] = total;
+    if (!tensors[t].round_param) total += (numels[t] + 15) / 16 * 16;  // (64-byte aligned starts: streaming stores)
+  }
+  if (total == 0 || total > kStashMaxElems) return {};
+  return {stash_buffer(total), offset.data(), total * pass1_bytes > last_level_cache_bytes()};
 }
 
 void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,

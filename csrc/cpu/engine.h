@@ -73,6 +73,20 @@ struct Block {
 // empty ones included, is in exactly one block.
 std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_tensors, int64_t max_elems);
 
+// The stash of block b's updates (UpdateStash): each tensor's elements (but a param rounded
+// stochastically's, see stash_of) at a 64-byte aligned offset (written to offset[t] for t in the
+// block) in a buffer this thread keeps between calls, streamed when the block's pass-1 bytes
+// exceed the last-level cache. None (data null) for a block of more than kStashMaxElems
+// elements: its pass 2 recomputes u.
+constexpr int64_t kStashMaxElems = int64_t(16) << 20;  // a 64 MiB buffer at most
+UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<int64_t>& numels, const Block& b,
+                      int64_t pass1_bytes, std::vector<int64_t>& offset);
+
+// The size of this CPU's last-level cache (L3, else L2; 32 MiB if the system does not say),
+// unless set: tests and benchmarks take the streaming path of the stash with a smaller one.
+int64_t last_level_cache_bytes();
+void set_last_level_cache_bytes(int64_t bytes);  // 0: the system's again
+
 // For the chunks c of block b, in chunk order:
 // out[(t - b.t0) * k + j] = sum over the chunks of tensor t of partials[(c - b.c0) * k + j].
 void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,
@@ -177,8 +191,9 @@ struct CpuCall {
 //   void apply_block(const Block&, const double* r);     pass 2 from those values
 //   void end(bool reduce, bool apply);    writes back what the phases wrote
 // The one-call step runs both passes a block of tensors at a time, so that pass 2
-// finds in the last-level cache what pass 1 of the same block just read instead
-// of reading it again from memory (LAMB, BERT-like list: 15-20% faster).
+// finds in the caches what pass 1 of the same block just read instead of reading
+// it again from memory (LAMB, BERT-like list: 15-20% faster), and, for an op that
+// stashes its updates, gives pass 1 a place to leave them (stash_, UpdateStash).
 // Between the passes the values go through float32, as through the reductions
 // tensor of the two-phase form, so both forms give the same bits.
 template <typename Derived, typename Hyper>
@@ -205,31 +220,38 @@ class TwoPhaseStep {
     if (c_.skip) return;
     self().begin(true, true);
     std::vector<double> r;
+    std::vector<int64_t> offset(stashes_ ? c_.n : 0);
     for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / pass1_bytes_)) {
       r.assign(k_ * (b.t1 - b.t0), 0.0);
+      if (stashes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, pass1_bytes_, offset);
       self().reduce_block(b, r.data());
       for (double& x : r) x = float(x);
       c_.apply_backward = true;  // (pass 2 starts where pass 1 ended: ChunkSpan::backward)
       self().apply_block(b, r.data());
       c_.apply_backward = false;
     }
+    stash_ = {};
     self().end(true, true);
   }
 
  protected:
-  // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads.
-  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes)
-      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes) {}
+  // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stashes: whether
+  // the one-call step hands pass 1 a stash for its updates (stash_).
+  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, bool stashes = false)
+      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stashes_(stashes) {}
 
   // What pass 1 of a block may read for pass 2 to find it in cache: well under
   // the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons).
   static constexpr int64_t kBlockBytes = int64_t(8) << 20;
 
   CpuCall<Hyper> c_;
+  // The current block's stash during a one-call step; none (data null) in the two-phase form.
+  UpdateStash stash_;
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
   const int64_t k_, pass1_bytes_;
+  const bool stashes_;
 };
 
 // The CPU registrations of a family's ops over its call class (CPU, and SparseCPU

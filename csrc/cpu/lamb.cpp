@@ -1,7 +1,8 @@
 // lamb::lamb_step_ and its two phases on CPU: per-tensor scalars from
 // common/lamb.h around the element loops of lamb_kernel.cpp. The one-call op
-// runs both phases a block of tensors at a time (TwoPhaseStep, engine.h), with
-// the same bits as the two-phase form.
+// runs both phases a block of tensors at a time (TwoPhaseStep, engine.h), pass 1
+// stashing the updates that pass 2 applies, with the same bits as the two-phase
+// form.
 #include <torch/library.h>
 
 #include "cpu/engine.h"
@@ -16,7 +17,7 @@ namespace {
 class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
  public:
   explicit LambStep(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16),
+      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stashes=*/true),
         steps_(a.list("steps")),
         coeffs_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, nullptr} {}
@@ -45,6 +46,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
     std::vector<double> partials(lamb::kReductions * (b.c1 - b.c0));
     args_.partials = partials.data();
     args_.chunks = c_.chunk_span(b);
+    args_.stash = stash_;
     kernels().pass1(args_);
     reduce_per_tensor(c_.chunks, b, partials.data(), lamb::kReductions, out);
   }
@@ -56,6 +58,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
       coeffs_[i].step_size = lamb::step_size(c_.hyper, lr_, s[0], s[1]);
     }
     args_.chunks = c_.chunk_span(b);
+    args_.stash = stash_;
     kernels().pass2(args_);
   }
 

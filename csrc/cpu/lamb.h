@@ -19,6 +19,7 @@ struct LambArgs {
   lamb::Consts consts;
   float grad_mul;     // 1 / (grad_scale * clip)
   double* partials;   // pass 1: [chunk][||p||^2, ||u||^2]
+  UpdateStash stash;  // one-call step: pass 1 leaves u here, pass 2 reads it back
 };
 
 struct LambKernels {

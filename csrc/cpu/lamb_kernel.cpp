@@ -1,7 +1,10 @@
 // LAMB element loops (compiled once per ISA) on the shared math of common/lamb.h.
 // Two passes at the 40 bytes/param floor: pass 1 reads p, g, m, v, writes m, v
-// and reduces ||p||, ||u||; pass 2 reads p, m, v, recomputes u (cheaper than
-// storing it) and writes p.
+// and reduces ||p||, ||u||; pass 2 reads p, m, v, recomputes u and writes p. In
+// a one-call step pass 1 also stores u (UpdateStash), from which pass 2 reads it
+// instead of m and v: one core's streaming time follows the lines it reads, and
+// the stash stays in cache (or, past the last-level cache, is streamed out at
+// the bytes m and v would have cost).
 #include "cpu/lamb.h"
 #include "cpu/vec_engine.h"
 
@@ -19,6 +22,8 @@ void pass1(const LambArgs& args) {
     const Elem e(args.consts, k.inv_bc1, k.inv_bc2);
     float* m_ptr = state_f32(t, 0);
     float* v_ptr = state_f32(t, 1);
+    float* const stash = stash_of(args.stash, c.tensor, t);
+    const bool stream = args.stash.stream;
     SumSq p_sq, u_sq;
     vec_range(
         c.begin, c.end,
@@ -30,10 +35,13 @@ void pass1(const LambArgs& args) {
           e.moments(g.b * grad_mul, m.b, v.b);
           store2(m_ptr + i, n, m);
           store2(v_ptr + i, n, v);
+          const F2 u{e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)};
+          if (stash) stash_store(stash, stream, i, n, u);
           p_sq.add(p, n);
-          u_sq.add({e.update(p.a, m.a, v.a), e.update(p.b, m.b, v.b)}, n);
+          u_sq.add(u, n);
         },
         static_cast<const T*>(t.grad), t.master ? nullptr : static_cast<const T*>(t.param), t.master, m_ptr, v_ptr);
+    if (stash) stream_fence(stream);
     args.partials[2 * ci] = p_sq.value();
     args.partials[2 * ci + 1] = u_sq.value();
   });
@@ -46,6 +54,16 @@ void pass2(const LambArgs& args) {
     const Elem e(args.consts, k.inv_bc1, k.inv_bc2);
     const fVec step_size(k.step_size);
     T* param = static_cast<T*>(t.param);
+    if (const float* stash = stash_of(args.stash, c.tensor, t)) {  // u from pass 1
+      vec_range(
+          c.begin, c.end,
+          [&](int64_t i, int64_t n) {
+            const F2 p0 = load_param(param, t.master, i, n), u = load2(stash + i, n);
+            store_param(param, t.master, i, n, {p0.a - step_size * u.a, p0.b - step_size * u.b});
+          },
+          static_cast<const T*>(param), t.master, stash);
+      return;
+    }
     const float* m_ptr = state_f32(t, 0);
     const float* v_ptr = state_f32(t, 1);
     vec_range(

@@ -34,6 +34,16 @@ struct TensorPtrs {
   uint32_t param_key = 0;    // its rounding's per-tensor key (common/rounding.h tensor_key)
 };
 
+// Where pass 1 of a one-call step leaves every element's update u for pass 2 to read back instead
+// of recomputing it from p, m and v (LAMB; TwoPhaseStep in engine.h): pass 2 then reads two
+// streams instead of three and takes no square root or division. The same float32 values either
+// way, so the same bits as the two-phase form, which recomputes.
+struct UpdateStash {
+  float* data = nullptr;            // null: no stash, pass 2 recomputes u
+  const int64_t* offset = nullptr;  // per tensor of the list: where its elements start in data (64-byte aligned)
+  bool stream = false;              // non-temporal stores: a block larger than the last-level cache
+};
+
 // Sum of squares of one list of tensors, one double per chunk (engine kernel).
 struct SumSqArgs {
   const void* const* ptrs;  // one per tensor (may be null for empty tensors)

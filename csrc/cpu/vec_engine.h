@@ -205,6 +205,38 @@ inline void store2(T* p, int64_t n, const F2& x) {
   VecIO<T>::store(p, n, x.a, x.b);
 }
 
+// Where tensor t's updates lie in a one-call step's stash (UpdateStash, types.h), or null: no
+// stash, or a param rounded stochastically, whose pass 2 reads m anyway (it hashes the new m).
+inline float* stash_of(const UpdateStash& s, int64_t tensor, const TensorPtrs& t) {
+  return s.data && !t.round_param ? s.data + s.offset[tensor] : nullptr;
+}
+
+// Stores the updates u of elements [i, i + n) at `at` (stash_of): plain stores, or non-temporal
+// ones for a block larger than the last-level cache, where the lines would be evicted unread
+// anyway and a plain store would first read each line from memory (the stash's bytes are then
+// those that recomputing u would read). Stash offsets and chunk starts keep full loop steps
+// 64-byte aligned, as the streaming stores need; stream_fence() orders them before pass 2.
+inline void stash_store(float* at, bool stream, int64_t i, int64_t n, const F2& u) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  if (stream && n == kWidth) {
+#if defined(CPU_CAPABILITY_AVX512)
+    _mm512_stream_ps(at + i, u.a);
+    _mm512_stream_ps(at + i + fVec::size(), u.b);
+#else
+    _mm256_stream_ps(at + i, u.a);
+    _mm256_stream_ps(at + i + fVec::size(), u.b);
+#endif
+    return;
+  }
+#endif
+  store2(at + i, n, u);
+}
+inline void stream_fence(bool stream) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  if (stream) _mm_sfence();
+#endif
+}
+
 // A parameter as float32: from its float32 master copy when there is one.
 template <typename T>
 inline F2 load_param(const T* param, const float* master, int64_t i, int64_t n) {
