@@ -65,26 +65,31 @@ void over(int64_t n, const F& f) {
 float* f(const torch::Tensor& t) { return t.data_ptr<float>(); }
 }  // namespace
 
+// What AdamW and pass 1 share: reads p, g, m, v at i (prefetching ahead), writes the new m, v;
+// returns u (and p in pp).
+inline V moments_update(const float* p, const float* g, float* m, float* v, int64_t i, V& pp) {
+  if (i % 16 == 0) pf(p + i), pf(g + i), pf(m + i), pf(v + i);
+  V mm = ld(m + i), vv = ld(v + i);
+  pp = ld(p + i);
+  moments(ld(g + i), mm, vv);
+  _mm256_storeu_ps(m + i, mm);
+  _mm256_storeu_ps(v + i, vv);
+  return update(pp, mm, vv, true);
+}
+
 void adamw(float* p, const float* g, float* m, float* v, int64_t n) {
   over(n, [&](int64_t i) {
-    if (i % 16 == 0) pf(p + i), pf(g + i), pf(m + i), pf(v + i);
-    V mm = ld(m + i), vv = ld(v + i), pp = ld(p + i);
-    moments(ld(g + i), mm, vv);
-    _mm256_storeu_ps(m + i, mm);
-    _mm256_storeu_ps(v + i, vv);
-    _mm256_storeu_ps(p + i, _mm256_fnmadd_ps(lr, update(pp, mm, vv, true), pp));
+    V pp;
+    const V uu = moments_update(p, g, m, v, i, pp);
+    _mm256_storeu_ps(p + i, _mm256_fnmadd_ps(lr, uu, pp));
   });
 }
 
 // stash: 0 none, 1 plain stores, 2 non-temporal stores (u is 32-byte aligned: torch's allocations are).
 void pass1(const float* p, const float* g, float* m, float* v, float* u, int64_t n, int stash) {
   over(n, [&](int64_t i) {
-    if (i % 16 == 0) pf(p + i), pf(g + i), pf(m + i), pf(v + i);
-    V mm = ld(m + i), vv = ld(v + i), pp = ld(p + i);
-    moments(ld(g + i), mm, vv);
-    _mm256_storeu_ps(m + i, mm);
-    _mm256_storeu_ps(v + i, vv);
-    const V uu = update(pp, mm, vv, true);
+    V pp;
+    const V uu = moments_update(p, g, m, v, i, pp);
     if (stash == 1) _mm256_storeu_ps(u + i, uu);
     if (stash == 2) _mm256_stream_ps(u + i, uu);
     // (the norms' sums are left out: a reduction's registers do not change which lines are read)
