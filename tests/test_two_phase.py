@@ -129,7 +129,7 @@ def cache_bytes():
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cache", ["system", "1MiB"])
 @pytest.mark.parametrize("cap", available_capabilities())
-@pytest.mark.parametrize("variant", ["fp32", "bf16_rounded", "bf16_master", "noncontiguous"])
+@pytest.mark.parametrize("variant", ["fp32", "bf16_rounded", "bf16_nearest", "bf16_master", "noncontiguous"])
 @pytest.mark.parametrize("case", ["lamb", "lamb_clip_grad_scale", "lamb_no_adapt"])
 def test_lamb_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cache_bytes):
     inductor_lamb.set_cpu_capability(cap)
@@ -139,8 +139,9 @@ def test_lamb_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads
     dtype = torch.bfloat16 if variant.startswith("bf16") else torch.float32
     name, args, kwargs = case_args(case, dtype=dtype, layout="transposed" if variant == "noncontiguous" else None,
                                    shapes=BLOCK_SHAPES + [(70000,), (5, 3)])
-    if variant == "bf16_rounded":
+    if variant in ("bf16_rounded", "bf16_nearest"):  # no master copies: stochastically (recomputes) or to nearest
         del kwargs["master_params"]
+        kwargs["stochastic_rounding"] = variant == "bf16_rounded"
     b_args, b_kwargs = clone_lists(args), dict(kwargs)
     if "master_params" in kwargs:
         b_kwargs["master_params"] = [t.clone() for t in kwargs["master_params"]]
