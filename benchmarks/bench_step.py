@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_step [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
-    python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding
+    python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding | --vs-adamw | --in-training
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -20,6 +20,9 @@ check, which sorts every tensor's address range) against the whole step, on 1, 6
 1000 tensors: each op's checks run alone (``inductor_lamb.ops.run_checks``) next to the
 op itself, in one run. (A before/after comparison of two builds: compare_builds.py.)
 
+``--in-training``: each optimizer's ``opt.step()`` inside an eager training loop, where forward
+and backward between steps evict its data from the caches, against ``AdamW(fused=True)``.
+
 ``--amp``: a GradScaler step with the grads unscaled first (the default) against
 ``unscale_in_step=True``. ``--sparse``: Adagrad on a 1M x 128 embedding's sparse
 grad against torch.optim.Adagrad.
@@ -32,8 +35,10 @@ launches per step (profiler).
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -457,6 +462,44 @@ def run_vs_adamw(args) -> list[dict]:
     return out
 
 
+def run_in_training(args) -> list[dict]:
+    """Each optimizer's eager ``opt.step()`` inside an eager training loop (an 8-layer MLP of width
+    1536, 18.9M params, batch 256), where forward and backward between steps evict the optimizer's
+    data from the caches as in training: the step's time alone, median of the loop's steps, each
+    optimizer on its own copy of the model, in alternating rounds."""
+    torch.set_num_threads(args.threads)
+    makers = {"Lamb": lambda ps: inductor_lamb.Lamb(ps, lr=1e-3), "Lamb16": lambda ps: inductor_lamb.Lamb16(ps, lr=1e-3),
+              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3),
+              "AdamW(fused=True)": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True)}
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(1536, 1536), torch.nn.GELU())])
+    x = torch.randn(256, 1536)
+    runs = {}
+    for name, make in makers.items():
+        model = copy.deepcopy(base)
+        runs[name] = (model, make(list(model.parameters())), [])
+    n = sum(p.numel() for p in base.parameters())
+    for _ in tqdm(range(5), desc="rounds", file=sys.stderr):
+        for name, (model, opt, times) in runs.items():
+            for it in range(6):
+                model(x).square().mean().backward()
+                t0 = time.perf_counter()
+                opt.step()
+                if it:  # (the first step of a round follows another model's loop)
+                    times.append(time.perf_counter() - t0)
+                opt.zero_grad(set_to_none=False)
+    print(machine_line(args.threads))
+    print(f"opt.step() in an eager training loop: 8 x Linear(1536, 1536), {n / 1e6:.1f}M params, batch 256")
+    print("| optimizer | step ms | x AdamW |")
+    print("|---|---|---|")
+    med = {name: statistics.median(times) for name, (_, _, times) in runs.items()}
+    out = []
+    for name, t in med.items():
+        out.append({"optimizer": name, "ms": t * 1e3, "x_adamw": t / med["AdamW(fused=True)"]})
+        print(f"| {name} | {t * 1e3:.2f} | {t / med['AdamW(fused=True)']:.2f} |")
+    return out
+
+
 def state_bytes(shapes) -> str:
     """Measured state bytes per param of Lamb16 and Lamb on these shapes."""
     params = [torch.nn.Parameter(torch.empty(s)) for s in shapes]
@@ -515,8 +558,13 @@ def main():
     ap.add_argument("--vs-adamw", action="store_true",
                     help="only the optimizers' steps against torch's fused AdamW at 1 and 2 threads, on the "
                          "BERT-like list and on BERT-large's tensor sizes, with a triad from the same run")
+    ap.add_argument("--in-training", action="store_true",
+                    help="only the optimizers' steps inside an eager training loop (forward and backward between "
+                         "steps), against torch's fused AdamW")
     args = ap.parse_args()
-    if args.vs_adamw:
+    if args.in_training:
+        run_in_training(args)
+    elif args.vs_adamw:
         run_vs_adamw(args)
     elif args.checks:
         run_checks(args)
