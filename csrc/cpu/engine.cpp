@@ -138,8 +138,9 @@ UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<
                       int64_t pass1_bytes, std::vector<int64_t>& offset) {
   int64_t total = 0;
   for (int64_t t = b.t0; t < b.t1; ++t) {
-    offset[t] = total;
-    if (!tensors[t].round_param) total += (numels[t] + 15) / 16 * 16;  // (64-byte aligned starts: streaming stores)
+    // A param rounded stochastically recomputes: its pass 2 reads m anyway (its rounding hashes the new m).
+    offset[t] = tensors[t].round_param ? -1 : total;
+    if (offset[t] >= 0) total += (numels[t] + 15) / 16 * 16;  // (64-byte aligned starts: streaming stores)
   }
   if (total == 0 || total > kStashMaxElems) return {};
   return {stash_buffer(total), offset.data(), total * pass1_bytes > last_level_cache_bytes()};

@@ -73,9 +73,9 @@ struct Block {
 // empty ones included, is in exactly one block.
 std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_tensors, int64_t max_elems);
 
-// The stash of block b's updates (UpdateStash): each tensor's elements (but a param rounded
-// stochastically's, see stash_of) at a 64-byte aligned offset (written to offset[t] for t in the
-// block) in a buffer this thread keeps between calls, streamed when the block's pass-1 bytes
+// The stash of block b's updates (UpdateStash): each tensor's elements (but those of a param
+// rounded stochastically, which recomputes: offset -1) at a 64-byte aligned offset (written to
+// offset[t] for t in the block) in a buffer this thread keeps between calls, streamed when the block's pass-1 bytes
 // exceed the last-level cache. None (data null) for a block of more than kStashMaxElems
 // elements: its pass 2 recomputes u.
 constexpr int64_t kStashMaxElems = int64_t(16) << 20;  // a 64 MiB buffer at most

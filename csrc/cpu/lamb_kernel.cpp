@@ -22,7 +22,7 @@ void pass1(const LambArgs& args) {
     const Elem e(args.consts, k.inv_bc1, k.inv_bc2);
     float* m_ptr = state_f32(t, 0);
     float* v_ptr = state_f32(t, 1);
-    float* const stash = stash_of(args.stash, c.tensor, t);
+    float* const stash = stash_of(args.stash, c.tensor);
     const bool stream = args.stash.stream;
     SumSq p_sq, u_sq;
     vec_range(
@@ -54,7 +54,7 @@ void pass2(const LambArgs& args) {
     const Elem e(args.consts, k.inv_bc1, k.inv_bc2);
     const fVec step_size(k.step_size);
     T* param = static_cast<T*>(t.param);
-    if (const float* stash = stash_of(args.stash, c.tensor, t)) {  // u from pass 1
+    if (const float* stash = stash_of(args.stash, c.tensor)) {  // u from pass 1
       vec_range(
           c.begin, c.end,
           [&](int64_t i, int64_t n) {

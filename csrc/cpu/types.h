@@ -40,7 +40,8 @@ struct TensorPtrs {
 // way, so the same bits as the two-phase form, which recomputes.
 struct UpdateStash {
   float* data = nullptr;            // null: no stash, pass 2 recomputes u
-  const int64_t* offset = nullptr;  // per tensor of the list: where its elements start in data (64-byte aligned)
+  const int64_t* offset = nullptr;  // per tensor of the list: where its elements start in data (64-byte
+                                    // aligned), or -1: it recomputes
   bool stream = false;              // non-temporal stores: a block larger than the last-level cache
 };
 

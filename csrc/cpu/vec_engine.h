@@ -205,10 +205,10 @@ inline void store2(T* p, int64_t n, const F2& x) {
   VecIO<T>::store(p, n, x.a, x.b);
 }
 
-// Where tensor t's updates lie in a one-call step's stash (UpdateStash, types.h), or null: no
-// stash, or a param rounded stochastically, whose pass 2 reads m anyway (it hashes the new m).
-inline float* stash_of(const UpdateStash& s, int64_t tensor, const TensorPtrs& t) {
-  return s.data && !t.round_param ? s.data + s.offset[tensor] : nullptr;
+// Where a tensor's updates lie in a one-call step's stash (UpdateStash, types.h), or null: no
+// stash, or a tensor that recomputes (stash_for, engine.h).
+inline float* stash_of(const UpdateStash& s, int64_t tensor) {
+  return s.data && s.offset[tensor] >= 0 ? s.data + s.offset[tensor] : nullptr;
 }
 
 // Stores the updates u of elements [i, i + n) at `at` (stash_of): plain stores, or non-temporal
