@@ -292,6 +292,50 @@ def test_closure_hooks_and_add_param_group(info, inp):
     assert calls == ["pre", "post", "sd_pre", "sd_post", "load_pre", "load_post"]
 
 
+@pytest.mark.parametrize("name", list(BY_CLASS))
+def test_load_state_dict_hooks_in_torchs_order(name):
+    """torch.optim's order: the pre hooks (which may change the state dict), then the whole load
+    (the optimizer's own conversions included), then the post hooks, which see the loaded state
+    in the ops' dtypes and may write flags into ``state`` as PyTorch's own tests do. Such entries
+    survive state dicts, copies and further loads, and the steps go on unchanged."""
+    params = make_params()
+    opt = BY_CLASS[name].optim_cls(params, lr=0.01)
+    run(opt, params, range(2))
+    twin_params = [nn.Parameter(p.detach().clone()) for p in params]
+    twin = BY_CLASS[name].optim_cls(twin_params, lr=0.01)
+    seen = []
+
+    def pre(o, sd):
+        seen.append("pre")
+        sd = dict(sd, param_groups=[dict(g, lr=0.02) for g in sd["param_groups"]])
+        return sd
+
+    def post(o):
+        seen.append("post")
+        state = o.state[twin_params[0]]
+        # the optimizer's own conversions already ran: state in the ops' dtypes, static addresses
+        for key, value in opt.state[params[0]].items():
+            assert state[key].dtype == value.dtype, key
+            assert getattr(state[key], "_dynamo_static_input_type", None) is not None
+        o.state["ran_load_state_dict_post_hook"] = True
+
+    twin.register_load_state_dict_pre_hook(pre)
+    twin.register_load_state_dict_post_hook(post)
+    twin.load_state_dict(opt.state_dict())
+    assert seen == ["pre", "post"] and float(twin.param_groups[0]["lr"]) == torch.tensor(0.02).item()
+    assert twin.state["ran_load_state_dict_post_hook"] is True
+    opt.param_groups[0]["lr"] = 0.02
+    run(opt, params, range(2, 4))
+    run(twin, twin_params, range(2, 4))
+    assert_same_tensors(twin_params, params, "steps after a load with hooks")
+    assert twin.state_dict()["state"]["ran_load_state_dict_post_hook"] is True
+    for copied in (copy.deepcopy(twin), pickle.loads(pickle.dumps(twin))):
+        assert copied.state["ran_load_state_dict_post_hook"] is True
+    assert twin.state_bytes_per_param() == opt.state_bytes_per_param()
+    twin.load_state_dict(twin.state_dict())
+    assert seen == ["pre", "post"] * 2
+
+
 # ---- schedulers (tensor lr) ----------------------------------------------------------------------
 
 def _schedulers(opt, name):
@@ -867,7 +911,9 @@ def test_a_users_lr_tensor_is_the_lr(name, compiled):
         assert_same_tensors(tensors, floats, f"step {k}")
         if value == 0.0:
             assert_same_tensors(tensors, before, f"step {k} at lr 0")
-    assert counter.frame_count == (1 if compiled else 0)
+        if k == 0:
+            first = counter.frame_count
+    assert counter.frame_count == first  # (no recompile)
     opt_t.param_groups[0]["lr"] = 0.5
     assert lr.item() == torch.tensor(lrs[-1]).item() and float(opt_t.param_groups[0]["lr"]) == 0.5
 

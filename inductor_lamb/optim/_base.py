@@ -16,13 +16,13 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer, optimizer as _torch_optimizer
 
-from .. import ops
+from .. import _private, ops
 from ..spec import OpSpec, Role
-from . import _compiled, _deepspeed, _sharding
-from . import _buckets
+from . import _buckets, _deepspeed, _sharding
 from ._buckets import BUCKET_LISTS, Bucket, Buckets, OpFamily
-from ._checkpoint import CheckpointState
+from ._checkpoint import CheckpointState, param_states
 from ._plan import GroupPlan
+from ._route import Route, conditions, route
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
                          check_seed, group_device, group_dtype, plain_group, static_address)
 
@@ -55,7 +55,7 @@ _VALIDATORS = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
 
 
 def _host_param(p: Tensor) -> bool:
-    """A plain CPU tensor (what a compiled ``opt.step`` may run eagerly: _compiled)."""
+    """A plain CPU tensor (what a compiled ``opt.step`` may run eagerly: _route)."""
     return type(p) in (Tensor, torch.nn.Parameter) and p.device.type == "cpu"
 
 
@@ -152,13 +152,11 @@ class FusedOptimizer(CheckpointState, Optimizer):
         self._stepped = False
         self._stepped_in_graph: Tensor | None = None  # (made with the first group, on its device)
         self._model = _deepspeed.ModelTensors()  # every param given, in order (what engines map back to)
-        self._host_params = True  # every param a plain CPU tensor (_compiled)
+        self._host_params = True  # every param a plain CPU tensor (_route)
         self._plans: dict[int, GroupPlan | None] = {}  # per param group index (_plan)
-        self._step_handle = _compiled.StepHandle(self)
         super().__init__(params, defaults)
 
     def _rebuild(self) -> None:
-        self._step_handle = _compiled.StepHandle(self)
         self._plans = {}
         _deepspeed.forget_plans(self)
         if not isinstance(self.__dict__.get("_model"), _deepspeed.ModelTensors):  # (pickled before 0.4)
@@ -246,7 +244,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
         scales, steps, master copies) per optimized parameter element; 0.0 when
         no state exists yet."""
         nbytes = numel = 0
-        for p, state in self.state.items():
+        for p, state in param_states(self.state):
             numel += p.numel()
             nbytes += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, Tensor))
         return nbytes / numel if numel else 0.0
@@ -278,27 +276,30 @@ class FusedOptimizer(CheckpointState, Optimizer):
 
     # ---- step ----------------------------------------------------------------------
 
+    def _route(self) -> Route:
+        """The route of a step called now (:mod:`._route`: the one decision)."""
+        return route(conditions(self._host_params))
+
     @staticmethod
     def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
-        """torch.optim's wrapper of ``step`` (step hooks inside a profiler range), except in a
-        compiled graph: Dynamo drops a profiler range there with a warning on the first compile
-        ("Profiler record function ... will be ignored"), which every compiled training step
-        would print; traced, the hooks run without the range (a profiler still sees the
-        compiled graph's own)."""
+        """torch.optim's wrapper of ``step`` (step hooks inside a profiler range), following the
+        step's route (:mod:`._route`): an eager step runs it as torch.optim does; a step that
+        runs eagerly under ``torch.compile`` runs it behind a graph break; a traced step runs
+        the hooks without the range (Dynamo drops a profiler range in a graph with a warning on
+        the first compile, which every compiled training step would print; a profiler still
+        sees the compiled graph's own)."""
         hooked = Optimizer.profile_hook_step(func)
+        # (Dynamo is imported by its first call, which only a compile makes)
+        eagerly = _private.disable_dynamo(hooked)
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not torch.compiler.is_compiling():
-                return hooked(*args, **kwargs)
             self = args[0]
-            if len(args) == 1 and not kwargs and not (
-                    _torch_optimizer._global_optimizer_pre_hooks or self._optimizer_step_pre_hooks
-                    or self._optimizer_step_post_hooks or _torch_optimizer._global_optimizer_post_hooks) \
-                    and _compiled.applies(self):
-                # torch.compile(opt.step) on CPU params: the graph runs the eager step (_compiled)
-                torch.ops.lamb._eager_step(self._step_handle)
-                return None
+            way = self._route()
+            if way is Route.EAGER:
+                return hooked(*args, **kwargs)
+            if way is Route.EAGER_UNDER_COMPILE:
+                return eagerly(*args, **kwargs)
             for pre_hook in chain(_torch_optimizer._global_optimizer_pre_hooks.values(),
                                   self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
@@ -337,8 +338,10 @@ class FusedOptimizer(CheckpointState, Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        way = self._route()
+        self._record_step(way)
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, *self._planned_buckets(group, i)) for i, group in enumerate(self.param_groups)]
+        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self.param_groups)]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:
@@ -376,35 +379,48 @@ class FusedOptimizer(CheckpointState, Optimizer):
                     plan.release()
         return loss
 
-    def _planned_buckets(self, group: dict[str, Any], index: int) -> tuple[Buckets, GroupPlan | None]:
-        """Param group ``index``'s buckets, and their op calls when the group is planned (an eager
-        step of plain params: :mod:`._plan`)."""
-        if torch.compiler.is_compiling():
-            return self._group_buckets(group, index), None
-        plans = self._plans
-        plan = plans.get(index)
+    def _buckets_of(self, group: dict[str, Any], index: int, way: Route) -> tuple[Buckets, GroupPlan | None]:
+        """Param group ``index``'s buckets on route ``way``, and their op calls when the group is
+        planned (an eager step of plain params: :mod:`._plan`)."""
+        if not way.eager:
+            if way is Route.TRACED_WITH_BACKWARD:
+                # A backward traced into the same graph sets the grads as pending side effects,
+                # which an eager _init_group cannot see: Dynamo refuses it ("pending mutation on
+                # parameter"), so the buckets are traced.
+                return _buckets.make_buckets(self, group, index), None
+            return _buckets.group_buckets(self, group, index), None
+        plan = self._plans.get(index)
         grads = plan.holds(self, group) if plan is not None else None
-        if grads is None:
-            buckets = self._group_buckets(group, index)
-            plan = GroupPlan(self, group, buckets) if GroupPlan.plannable(self, group, buckets) else None
-            plans[index] = plan
-            return buckets, plan
-        self._stepped = True  # (what _init_group records: see _opt_called)
-        plan.refresh(grads)
-        return plan.buckets, plan
+        if grads is not None:
+            plan.refresh(grads)
+            return plan.buckets, plan
+        buckets = _deepspeed.flat_buckets(self, group)  # (a group of an engine's flat partitions)
+        if buckets is None:
+            buckets = _buckets.group_buckets(self, group, index)
+        plan = GroupPlan(self, group, buckets) if GroupPlan.plannable(self, group, buckets) else None
+        self._plans[index] = plan
+        return buckets, plan
 
-    # LR schedulers wrap ``opt.step`` in a function of lr_scheduler.py (only to set
-    # ``_opt_called``), a file dynamo refuses to trace: a fullgraph compile of a
-    # training step would fail. The marker tells schedulers to leave our step
-    # unwrapped, and ``_opt_called`` is derived instead. Dynamo drops attribute
-    # writes on optimizers inside compiled code, but runs ``_init_group`` eagerly,
-    # so setting ``_stepped`` there covers eager and compiled steps alike. Only a
-    # step traced with its backward (recipe (a), which traces ``_buckets``)
-    # needs a tensor flag; a tensor written in every compiled step would be one more
-    # generated kernel, 6 s of a cold compile of a 256-param step (RESULTS.md). The flag
-    # lives on the params' device, a static address: a CUDA graph may write it (a CPU tensor
-    # would make Inductor skip CUDA graphs), and it is read back (one sync) only when a
-    # scheduler's first step finds no eager record.
+    def _record_step(self, way: Route) -> None:
+        """Records that a step ran, for LR schedulers' ``_opt_called`` (read once, eagerly, on a
+        scheduler's first step).
+
+        LR schedulers wrap ``opt.step`` in a function of lr_scheduler.py only to set
+        ``_opt_called``; Dynamo refuses to trace that file, so a fullgraph compile of a training
+        step would fail. ``step._wrapped_by_lr_sched`` tells schedulers to leave our step
+        unwrapped, and ``_opt_called`` is derived instead, one way per route: an eager step sets
+        ``_stepped`` here; a traced step sets it in ``_init_group``, which Dynamo runs eagerly
+        (it drops attribute writes on optimizers inside compiled code); a step traced with its
+        backward, which runs no eager code, writes a tensor flag in the graph. Only there: a
+        tensor written in every compiled step would be one more generated kernel, 6 s of a cold
+        compile of a 256-param step (RESULTS.md, "Compile time"). The flag lives on the params'
+        device, a static address (a CPU tensor written in a CUDA step makes Inductor skip CUDA
+        graphs), and is read back (one sync) only when a scheduler finds no eager record."""
+        if way.eager:
+            self._stepped = True
+        elif way.records_in_graph:
+            self._stepped_in_graph.fill_(True)
+
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
     @property
@@ -422,15 +438,6 @@ class FusedOptimizer(CheckpointState, Optimizer):
         """Dynamo runs this eagerly in a compiled step (its name is what it looks for): the
         buckets of a group of plain params, as flat lists (:func:`._buckets.init_group`)."""
         return _buckets.init_group(self, index, *lists)
-
-    def _engine_buckets(self, group: dict[str, Any]) -> Buckets | None:
-        """A group of an engine's flat partitions as buckets of pieces of the model's tensors
-        (:func:`._deepspeed.flat_buckets`); None for a group of the model's own tensors."""
-        return _deepspeed.flat_buckets(self, group)
-
-    def _group_buckets(self, group: dict[str, Any], index: int) -> Buckets:
-        """Param group ``index``'s buckets (:func:`._buckets.group_buckets`)."""
-        return _buckets.group_buckets(self, group, index)
 
     def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
         """The op's hyper-parameters for one bucket (:func:`._buckets.hypers`; LARS adds its
@@ -464,4 +471,8 @@ class FusedOptimizer(CheckpointState, Optimizer):
         return ops.clip_factor(total, max_norm, grad_scale)
 
 
-_compiled.step_wrapper_code = FusedOptimizer.profile_hook_step(lambda *a: None).__code__
+
+# Read by torch code that Dynamo does not trace (LR schedulers, GradScaler) inside a compiled
+# function: run eagerly there rather than compiled as frames of their own (_private).
+for _fn in (FusedOptimizer.param_groups.fget, FusedOptimizer._opt_called.fget):
+    _private.run_eagerly_as_a_frame(_fn)

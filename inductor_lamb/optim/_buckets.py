@@ -125,19 +125,8 @@ def init_group(opt: Any, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, .
 
 
 def group_buckets(opt: Any, group: dict[str, Any], index: int) -> Buckets:
-    """Param group ``index``'s buckets: from ``_init_group`` when it takes the group, else from
-    :func:`make_buckets`; a group holding an engine's flat partitions (DeepSpeed ZeRO), from
-    the optimizer's ``_engine_buckets`` (``_deepspeed``)."""
-    if not torch.compiler.is_compiling():  # (engines step eagerly)
-        flat = opt._engine_buckets(group)
-        if flat is not None:
-            return flat
-    if torch.compiler.is_compiling() and torch._dynamo.config.trace_autograd_ops:
-        # A backward traced into the same graph (recipe (a)) sets the grads as
-        # pending side effects, which an eager _init_group cannot see: dynamo
-        # refuses it ("pending mutation on parameter"), so trace the buckets.
-        opt._stepped_in_graph.fill_(True)
-        return make_buckets(opt, group, index)
+    """Param group ``index``'s buckets: from ``_init_group`` when it takes the group (under
+    Dynamo: run eagerly, outside the trace), else from :func:`make_buckets`."""
     lists: list[list[Tensor]] = [[] for _ in opt._flat_lists]
     layout = opt._init_group(index, *lists)
     if layout is None:

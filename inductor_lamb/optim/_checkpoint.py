@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ._scheduled import as_floats, static_address
 
-__all__ = ["CheckpointState"]
+__all__ = ["CheckpointState", "param_states"]
 
 
 class _Float8Bits:
@@ -29,11 +29,18 @@ class _Float8Bits:
 
 
 def _map_state(state: Any, fn: Any) -> defaultdict:
-    """torch.optim's state (param -> dict of values) with ``fn`` applied to every value."""
+    """torch.optim's state (param -> dict of values) with ``fn`` applied to every value of a
+    param's dict; other entries (torch allows any, such as a flag a hook writes) as they are."""
     out: defaultdict = defaultdict(dict)
     for p, values in state.items():
-        out[p] = {k: fn(v) for k, v in values.items()}
+        out[p] = {k: fn(v) for k, v in values.items()} if isinstance(values, dict) else values
     return out
+
+
+def param_states(state: Any) -> Any:
+    """The (param, state dict) entries of an optimizer's ``state``, without the other entries
+    torch allows in it."""
+    return ((p, s) for p, s in state.items() if isinstance(p, Tensor) and isinstance(s, dict))
 
 
 def _to_bits(v: Any) -> Any:
@@ -130,6 +137,28 @@ class CheckpointState:
         return {**state_dict, "state": state, "param_groups": new_groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch.optim's ``load_state_dict``, in its order: the pre hooks, then the whole load
+        (another implementation's layout translated, torch.optim's load, the state put back
+        into the dtypes and devices the ops require and marked as static addresses), then the
+        post hooks, which see the loaded optimizer and may write into ``state``."""
+        state_dict = state_dict.copy()  # (shallow, as torch.optim: a hook may replace entries)
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():  # type: ignore[attr-defined]
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        hooks = (self._optimizer_load_state_dict_pre_hooks,  # type: ignore[attr-defined]
+                 self._optimizer_load_state_dict_post_hooks)  # type: ignore[attr-defined]
+        # torch.optim's load, with the hooks that already ran or run last set aside (the same dicts
+        # are put back: a hook's handle removes it from its dict)
+        self._optimizer_load_state_dict_pre_hooks = self._optimizer_load_state_dict_post_hooks = {}
+        try:
+            self._load(state_dict)
+        finally:
+            self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks = hooks
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():  # type: ignore[attr-defined]
+            post_hook(self)
+
+    def _load(self, state_dict: dict[str, Any]) -> None:
         state_dict = self._from_other_layouts(state_dict)
         # torch.optim casts floating state to the param dtype (bf16 params would
         # lose their float32 moments, LAMB16's float8 ones would become float32);
@@ -137,9 +166,9 @@ class CheckpointState:
         keep = (*self._state_keys, *self._scalar_state_keys, "master_param")
         saved = {
             pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
-            for pid, s in state_dict["state"].items()
+            for pid, s in state_dict["state"].items() if isinstance(s, dict)
         }
-        super().load_state_dict(state_dict)
+        super().load_state_dict(state_dict)  # type: ignore[misc]
         id_to_param = {
             pid: p
             for saved_group, group in zip(state_dict["param_groups"], self.param_groups)
@@ -159,6 +188,6 @@ class CheckpointState:
                 step = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True)
                 state["step"] = step.reshape(()) if step.numel() == 1 else step
         self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats
-        for state in self.state.values():
+        for _, state in param_states(self.state):
             for t in state.values():
                 static_address(t)

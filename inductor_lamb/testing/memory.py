@@ -23,7 +23,8 @@ def state_bytes_per_param(opt: torch.optim.Optimizer) -> float:
         return t.numel() * t.element_size()
 
     n = sum(p.numel() for group in opt.param_groups for p in group["params"])
-    total = sum(nbytes(v) for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+    total = sum(nbytes(v) for s in opt.state.values() if isinstance(s, dict) for v in s.values()
+                if isinstance(v, torch.Tensor))
     return total / n
 
 

@@ -1,0 +1,220 @@
+"""Every private torch symbol inductor_lamb uses, and the only place that reaches them.
+
+torch keeps no promise about names with a leading underscore: a release may move or drop any
+of them. Reaching them through this module gives each a name here, one line in
+:data:`SYMBOLS` (what the package uses and why), and a test that resolves every line and fails
+loudly, naming the symbol, when a torch release moves one (``tests/test_private_api.py``, run
+under every supported torch). A feature that must do without one warns once, saying what is
+lost (:func:`warn_once`); none falls back silently.
+
+Nothing here imports Dynamo or Inductor at import time (about 2 s that every eager process
+would pay): the accessors import on first use, which is always inside a compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = ["SYMBOLS", "resolve", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
+           "run_eagerly_as_a_frame",
+           "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
+           "has_kernel_for", "inductor", "inductor_ir", "inductor_lowering", "inductor_virtualized",
+           "inductor_config", "custom_graph_pass", "backend_feature", "disable_current_modes"]
+
+# Every private symbol, by the name this module gives it: (dotted path, what it is used for).
+# The path is "module:attribute.attribute" (a module alone has no colon).
+SYMBOLS: dict[str, tuple[str, str]] = {
+    # ---- Dynamo: how a step is compiled (optim/_route.py)
+    "disable_dynamo": ("torch:_disable_dynamo",
+                       "a compiled step with nothing to fuse graph-breaks and runs eagerly, as torch.optim's "
+                       "fused optimizers do (lazily imports Dynamo on first call, unlike torch.compiler.disable)"),
+    "InstructionTranslator.current_tx": (
+        "torch._dynamo.symbolic_convert:InstructionTranslator.current_tx",
+        "whether the frame being compiled refuses graph breaks (fullgraph=True): then the step is traced"),
+    "set_code_exec_strategy": (
+        "torch._C._dynamo.eval_frame:set_code_exec_strategy",
+        "the param_groups property runs eagerly when torch code that Dynamo skips (an LR scheduler) reads "
+        "it inside a compiled function, instead of compiling frames that guard every param"),
+    "_FrameExecStrategy": ("torch._C._dynamo.eval_frame:_FrameExecStrategy", "(its argument)"),
+    "_FrameAction": ("torch._C._dynamo.eval_frame:_FrameAction", "(SKIP: the frame and its callees)"),
+    "trace_autograd_ops": ("torch._dynamo.config:trace_autograd_ops",
+                           "a backward traced into the step's graph (recipe (a)): its buckets are traced too"),
+    "dynamo_marked_constant": ("torch._dynamo.decorators:assume_constant_result",
+                               "the attribute it sets (_dynamo_marked_constant) makes Dynamo call a function at "
+                               "trace time and keep its result as a constant, without importing Dynamo"),
+    "dynamo_static_input_type": ("torch._dynamo.decorators:mark_static_address",
+                                 "the attribute it sets (_dynamo_static_input_type) marks optimizer state as a "
+                                 "static address (CUDA graphs) without importing Dynamo"),
+    # ---- the dispatcher (ops.py, optim/_plan.py, _inductor/paths.py)
+    "DispatchKey": ("torch._C:DispatchKey", "the check kernels' key (PrivateUse3); the Python key of a subclass"),
+    "DispatchKeySet": ("torch._C:DispatchKeySet", "redispatch to the check kernels from the fake implementations"),
+    "_dispatch_keys": ("torch._C:_dispatch_keys", "a step plan takes plain tensors only (no Python key)"),
+    "_dispatch_has_kernel_for_dispatch_key": (
+        "torch._C:_dispatch_has_kernel_for_dispatch_key", "the auto path calls the CUDA kernel only where it is built"),
+    "Argument": ("torch._C:Argument", "an op's schema arguments, read into its OpSpec"),
+    "_disable_current_modes": ("torch.utils._python_dispatch:_disable_current_modes",
+                               "installing the compile paths from inside a trace, outside its fake mode"),
+    # ---- Inductor: the lowering (the _inductor package)
+    "inductor.ir": ("torch._inductor.ir", "the lowering's IR nodes (Pointwise, Reduction, InputBuffer, views)"),
+    "inductor.lowering": ("torch._inductor.lowering",
+                          "register_lowering, lowerings, fallback_handler and the aten lowerings the IR backend uses"),
+    "inductor.virtualized": ("torch._inductor.virtualized", "V (the graph being lowered) and ops (the IR's ops)"),
+    "inductor.config": ("torch._inductor.config", "post_grad_custom_post_pass: the cache-key pass"),
+    "inductor.custom_graph_pass": ("torch._inductor.custom_graph_pass:CustomGraphPass",
+                                   "the base class of the cache-key pass (its uuid keys the FX graph cache)"),
+    "inductor.BackendFeature": ("torch._inductor.codegen.common:BackendFeature",
+                                "whether the device's codegen takes foreach groups"),
+}
+
+_T = TypeVar("_T")
+
+
+def resolve(name: str) -> Any:
+    """The object :data:`SYMBOLS` names ``name`` (imports its module); raises ``AttributeError`` /
+    ``ImportError`` naming the symbol when this torch lacks it."""
+    path = SYMBOLS[name][0]
+    module_name, _, attrs = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"inductor_lamb needs torch's private module {module_name} ({name}), which torch "
+                          f"{torch.__version__} does not have") from e
+    for attr in filter(None, attrs.split(".")):
+        if not hasattr(obj, attr):
+            raise AttributeError(f"inductor_lamb needs torch's private {path} ({name}), which torch "
+                                 f"{torch.__version__} does not have")
+        obj = getattr(obj, attr)
+    return obj
+
+
+_warned: set[str] = set()
+
+
+def warn_once(feature: str, lost: str, error: BaseException | None = None) -> None:
+    """One ``RuntimeWarning`` per process and feature: what falls back and what is lost."""
+    if feature in _warned:
+        return
+    _warned.add(feature)
+    why = f" ({type(error).__name__}: {error})" if error is not None else ""
+    warnings.warn(f"inductor_lamb: {feature} is not available with torch {torch.__version__}{why}; {lost}",
+                  RuntimeWarning, stacklevel=3)
+
+
+# ---- Dynamo ------------------------------------------------------------------------------------
+
+
+def disable_dynamo(fn: Callable[..., _T]) -> Callable[..., _T]:
+    """``fn`` run eagerly wherever Dynamo meets it (a graph break; torch's own fused optimizers'
+    way), imports Dynamo only when first called."""
+    return resolve("disable_dynamo")(fn)
+
+
+def constant_under_dynamo(fn: Callable[[], _T]) -> Callable[[], _T]:
+    """Marks a no-argument function that Dynamo calls while tracing and keeps the result of as
+    a constant (``torch._dynamo.assume_constant_result``, without importing Dynamo)."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
+@constant_under_dynamo
+def compiling_fullgraph() -> bool:
+    """Whether the frame Dynamo is tracing refuses graph breaks (``fullgraph=True``, or
+    ``torch._dynamo.error_on_graph_break``). Where this torch's tracer differs: True (the
+    step is then traced, which is always sound), with a warning."""
+    try:
+        tx = resolve("InstructionTranslator.current_tx")()
+        return bool(tx.one_graph or tx.error_on_graph_break)
+    except Exception as e:  # noqa: BLE001  (moved Dynamo internals: warned, then traced)
+        warn_once("telling a fullgraph compile apart", "a compiled opt.step traces its op calls instead of "
+                  "running the eager step (correct, slower on many small params)", e)
+        return True
+
+
+def run_eagerly_as_a_frame(fn: Callable[..., Any]) -> None:
+    """Dynamo runs ``fn`` eagerly, with everything it calls, when it meets ``fn`` as a frame of
+    its own (called from code it does not trace, such as an LR scheduler inside a compiled
+    function), and still inlines ``fn`` where it traces the caller (which a
+    ``torch.compiler.disable`` would turn into a graph break). Sets the code's frame strategy in
+    torch's C extension: no Dynamo import. Without it, such a frame is compiled: correct, slower
+    (warned)."""
+    try:
+        strategy, action = resolve("_FrameExecStrategy"), resolve("_FrameAction")
+        resolve("set_code_exec_strategy")(fn.__code__, strategy(action.SKIP, action.SKIP))
+    except Exception as e:  # noqa: BLE001  (moved internals: warned, still correct)
+        warn_once("running the param_groups property eagerly inside compiled code",
+                  "an LR scheduler stepped inside a compiled function costs guards on every param", e)
+
+
+@constant_under_dynamo
+def backward_traced() -> bool:
+    """Whether Dynamo traces ``backward()`` into the graph (``trace_autograd_ops``): a step
+    compiled with it may read grads that the same graph computes."""
+    try:
+        return bool(resolve("trace_autograd_ops"))
+    except (ImportError, AttributeError):  # (a torch without the option traces no backward)
+        return False
+
+
+def mark_static_address(t: Any) -> Any:
+    """Marks tensor ``t`` as living at one address while it exists, as
+    ``torch._dynamo.mark_static_address`` does (its attribute, without importing Dynamo)."""
+    if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is None:
+        t._dynamo_static_input_type = "unguarded"
+    return t
+
+
+# ---- the dispatcher --------------------------------------------------------------------------
+
+PYTHON_KEY = torch._C.DispatchKey.Python
+# The check kernels' dispatch key: one no tensor has (csrc/ops.cpp)
+CHECK_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse3)
+dispatch_keys: Callable[[torch.Tensor], Any] = torch._C._dispatch_keys
+
+
+def has_kernel_for(op_name: str, key: str) -> bool:
+    """Whether op ``op_name`` has a kernel for dispatch key ``key`` (a CUDA build's)."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op_name, key))
+
+
+def disable_current_modes() -> Any:
+    """A context outside every active torch dispatch mode (a trace's fake mode)."""
+    return resolve("_disable_current_modes")()
+
+
+# ---- Inductor (imported on first use: the lowering runs inside a compile) -------------------
+
+
+@functools.lru_cache(maxsize=None)
+def inductor(name: str) -> Any:
+    """The Inductor module or class :data:`SYMBOLS` names ``inductor.<name>``."""
+    return resolve(f"inductor.{name}")
+
+
+def inductor_ir() -> Any:
+    return inductor("ir")
+
+
+def inductor_lowering() -> Any:
+    return inductor("lowering")
+
+
+def inductor_virtualized() -> Any:
+    return inductor("virtualized")
+
+
+def inductor_config() -> Any:
+    return inductor("config")
+
+
+def custom_graph_pass() -> type:
+    return inductor("custom_graph_pass")
+
+
+def backend_feature() -> Any:
+    return inductor("BackendFeature")
