@@ -26,6 +26,7 @@ from benchmarks.bench_step import make_state
 from benchmarks.common import bench, machine_line
 
 import inductor_lamb
+from inductor_lamb.optim._buckets import group_buckets
 
 
 def compiled(path: str, fn):
@@ -80,11 +81,11 @@ def optimizer_table(args) -> None:
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen) * 1e-3
         opt = Lamb(params, lr=1e-4)
-        groups = [(g, opt._group_buckets(g, i)) for i, g in enumerate(opt.param_groups)]
+        groups = [(g, group_buckets(opt, g, i)) for i, g in enumerate(opt.param_groups)]
         calls = []
         for group, buckets in groups:  # the op calls the step makes, prebuilt
             for bucket in buckets.values():
-                args_ = {a.name: bucket.lists[a.name] for a in opt._op.args if a.name in bucket.lists}
+                args_ = {a.name: bucket.lists[a.name] for a in opt._layout.spec.args if a.name in bucket.lists}
                 size = opt.max_tensors_per_call
                 for lo in range(0, n, size):
                     calls.append({k: v[lo:lo + size] for k, v in args_.items() if isinstance(v, list)})

@@ -710,7 +710,7 @@ def test_compiled_steps_write_only_static_inputs(opt_name, recipe, monkeypatch):
         for t in state.values():
             assert getattr(t, "_dynamo_static_input_type", None) is not None
     for group in opt.param_groups:
-        for key in opt._scheduled:
+        for key in opt._layout.scheduled:
             for t in group[key] if isinstance(group[key], tuple) else (group[key],):
                 assert getattr(t, "_dynamo_static_input_type", None) is not None, key
     assert getattr(opt._stepped_in_graph, "_dynamo_static_input_type", None) is not None

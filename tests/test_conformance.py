@@ -473,7 +473,7 @@ def _reference_run(info, inp, params64, grads64, lrs):
     """The float64 reference functions driven step by step (inductor_lamb.reference):
     the truth every dtype is compared with."""
     opt = build(info, inp, params64)
-    spec = opt._op
+    spec = opt._layout.spec
     fn = getattr(reference, spec.reference)
     state = {}
     for k, lr in enumerate(lrs):
@@ -483,7 +483,7 @@ def _reference_run(info, inp, params64, grads64, lrs):
             ps = [p for p in group["params"] if p.grad is not None]
             sts = [state.setdefault(p, opt._init_state(p, group)) for p in ps]
             lists = {"params": ps, "grads": [p.grad for p in ps], "steps": [s.get("step") for s in sts]}
-            for key, arg in opt._lists.items():
+            for key, arg in opt._layout.lists.items():
                 lists[arg] = [s[key] for s in sts]
             hypers = opt._hypers(group, Bucket(ps[0].device, {"params": ps}, [None] * len(ps)))
             hypers["lr"] = torch.tensor(lr, dtype=torch.float64)  # (a float would be rounded to float32)

@@ -35,6 +35,7 @@ import benchmarks.studies.lm_convergence as lm
 from examples.train_deepspeed import join, launch
 
 import inductor_lamb
+from inductor_lamb.optim._model_tensors import ModelTensors
 
 LR = 1e-2
 
@@ -44,8 +45,9 @@ class PartitionLamb(inductor_lamb.Lamb):
     tensors it is given, one trust ratio per tensor, so under ZeRO one per flat partition, as
     a LAMB unaware of ZeRO does."""
 
-    def _engine_buckets(self, group):
-        return None
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        self._model = ModelTensors()  # (it knows no model tensor: ZeRO's flat partitions step as they are)
 
 
 OPTIMIZERS = {

@@ -19,8 +19,10 @@ from torch.optim import Optimizer, optimizer as _torch_optimizer
 from .. import _private, ops
 from ..spec import OpSpec, Role
 from . import _buckets, _deepspeed, _sharding
-from ._buckets import BUCKET_LISTS, Bucket, Buckets, OpFamily
+from ._buckets import Bucket, Buckets, OpFamily
 from ._checkpoint import CheckpointState, param_states
+from ._layout import StateLayout
+from ._model_tensors import ModelTensors
 from ._plan import GroupPlan
 from ._route import Route, conditions, route
 from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
@@ -104,14 +106,13 @@ class FusedOptimizer(CheckpointState, Optimizer):
     # and apex's LAMB), instead of each group by its own grads and ``max_grad_norm``.
     _clip_spans_groups: bool = False
 
+    # What a subclass declares (CONTRIBUTING, "Adding an op"): its op functions and the keys of
+    # its state, in the order of the op's state lists; everything else of the op call is derived
+    # from the op's description into the class's ``_layout``.
     _ops: OpFamily
-    _op: OpSpec  # _ops.spec
     _state_keys: tuple[str, ...] = ()
     _scalar_state_keys: tuple[str, ...] = ()
-    # Hyper-parameters torch's schedulers change per step, with their validators: 0-d tensors in
-    # every param group (ScheduledValues), read by the compiled step; derived from the op's
-    # scheduled tensor arguments (its beta1 and beta2 are the group's "betas").
-    _scheduled: dict[str, Callable[[Any], None]] = {"lr": check_lr}
+    _layout: StateLayout
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -119,22 +120,8 @@ class FusedOptimizer(CheckpointState, Optimizer):
             for placeholder, text in _SHARED_ARG_DOCS.items():
                 cls.__doc__ = cls.__doc__.replace(placeholder, text)
         family = cls.__dict__.get("_ops")
-        if family is None:
-            return
-        cls._op = op = family.spec
-        keys = dict.fromkeys("betas" if a.name in ("beta1", "beta2") else a.name for a in op.of(Role.TENSOR))
-        cls._scheduled = {k: _VALIDATORS[k] for k in keys}
-        # state key -> the op's list argument, in the spec's order
-        states = list(op.of(Role.STATE))
-        scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]
-        if len(states) != len(cls._state_keys) or len(scalars) != len(cls._scalar_state_keys):
-            raise TypeError(f"{cls.__name__}: state keys do not match the lists of {op.name}")
-        cls._lists = {**{k: a.name for k, a in zip(cls._state_keys, states)},
-                      **{k: a.name for k, a in zip(cls._scalar_state_keys, scalars)}}
-        cls._state_dtypes = {k: a.dtype for k, a in zip(cls._state_keys, states)}
-        cls._has_step = "steps" in op.names
-        # what _init_group fills: the op's per-param lists (params, grads, state, steps), then master copies
-        cls._flat_lists = (*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params")
+        if family is not None:
+            cls._layout = StateLayout.of(family, cls._state_keys, cls._scalar_state_keys, _VALIDATORS, cls.__name__)
 
     _copied_attributes = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model",
                           "max_tensors_per_call")
@@ -151,16 +138,15 @@ class FusedOptimizer(CheckpointState, Optimizer):
         # Whether step() ran, for LR schedulers' ``_opt_called`` (see there).
         self._stepped = False
         self._stepped_in_graph: Tensor | None = None  # (made with the first group, on its device)
-        self._model = _deepspeed.ModelTensors()  # every param given, in order (what engines map back to)
+        self._model = ModelTensors()  # every param given, in order (what engines map back to)
         self._host_params = True  # every param a plain CPU tensor (_route)
         self._plans: dict[int, GroupPlan | None] = {}  # per param group index (_plan)
         super().__init__(params, defaults)
 
     def _rebuild(self) -> None:
         self._plans = {}
-        _deepspeed.forget_plans(self)
-        if not isinstance(self.__dict__.get("_model"), _deepspeed.ModelTensors):  # (pickled before 0.4)
-            self._model = _deepspeed.ModelTensors()
+        if not isinstance(self.__dict__.get("_model"), ModelTensors):  # (pickled before 0.4)
+            self._model = ModelTensors()
             for g in self._groups:
                 self._model.add(g["params"], g.get("param_names"))
         self._model.reindex()
@@ -206,20 +192,21 @@ class FusedOptimizer(CheckpointState, Optimizer):
                 self._init_state(p, group, master=False)
 
     def _scheduled_values(self, group: dict[str, Any]) -> ScheduledValues:
-        return ScheduledValues(group, self._scheduled, group_device(group), self.defaults, group_dtype(group))
+        return ScheduledValues(group, self._layout.scheduled, group_device(group), self.defaults, group_dtype(group))
 
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
+        layout = self._layout
         if len(state) == 0:
             # step on the param's device, as the op reads it there (no host sync on GPU)
-            if self._has_step:
+            if layout.has_step:
                 state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-            for key in self._state_keys:
+            for key in layout.state_keys:
                 state[key] = torch.full_like(
-                    p, self._state_fill(key, group), dtype=self._state_dtype(key, p.dtype),
+                    p, self._state_fill(key, group), dtype=layout.state_dtype(key, p.dtype),
                     memory_format=torch.preserve_format,
                 )
-            for key in self._scalar_state_keys:
+            for key in layout.scalar_state_keys:
                 state[key] = torch.full((), self._state_fill(key, group), dtype=torch.float32, device=p.device)
         if master and "master_param" not in state and group.get("master_weights", False) and p.dtype in _LOW_PRECISION:
             state["master_param"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
@@ -231,13 +218,6 @@ class FusedOptimizer(CheckpointState, Optimizer):
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         """Initial value of state tensor ``key``."""
         return 0.0
-
-    def _state_dtype(self, key: str, param_dtype: torch.dtype) -> torch.dtype:
-        """The dtype of state ``key`` of a param of ``param_dtype``: the op's (float32
-        moments, LAMB16's float8), float64 for float64 params' float32 state."""
-        dtype = self._state_dtypes.get(key, torch.float32)  # (scalars, master copies: float32)
-        return torch.float64 if param_dtype == torch.float64 and dtype == torch.float32 \
-            and key not in self._scalar_state_keys else dtype
 
     def state_bytes_per_param(self) -> float:
         """Bytes of optimizer state (every tensor in ``self.state``: moments,
@@ -252,7 +232,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
-            plain = plain_group(group, self._scheduled)
+            plain = plain_group(group, self._layout.scheduled)
             lines.append(f"Parameter Group {i}")
             lines += [f"    {key}: {plain[key]}" for key in sorted(plain) if key != "params"]
         return "\n".join(lines) + "\n)"
@@ -437,7 +417,8 @@ class FusedOptimizer(CheckpointState, Optimizer):
     def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
         """Dynamo runs this eagerly in a compiled step (its name is what it looks for): the
         buckets of a group of plain params, as flat lists (:func:`._buckets.init_group`)."""
-        return _buckets.init_group(self, index, *lists)
+        self._stepped = True  # (the traced route's record of a step: _record_step)
+        return _buckets.init_group(self, self._groups[index], index, *lists)
 
     def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
         """The op's hyper-parameters for one bucket (:func:`._buckets.hypers`; LARS adds its

@@ -5,6 +5,7 @@ reference to the optimizer's op functions (:class:`OpFamily`)."""
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,13 +17,11 @@ from torch import Tensor
 from .. import ops, reference
 from ..spec import OpSpec, Role
 from . import _sharding
+from ._layout import BUCKET_LISTS, Stepped
 from ._scheduled import as_floats, follows
 
-__all__ = ["OpFamily", "Bucket", "BUCKET_LISTS", "init_group", "group_buckets", "make_buckets", "hypers",
-           "bucket_call", "step_bucket"]
-
-# The op's per-param lists a bucket holds (master copies beside them, when kept)
-BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+__all__ = ["OpFamily", "Bucket", "BUCKET_LISTS", "BucketKind", "bucket_kind", "init_group", "group_buckets",
+           "make_buckets", "hypers", "bucket_call", "step_bucket"]
 
 
 @dataclass(frozen=True)
@@ -90,10 +89,11 @@ class Bucket:
 Buckets = dict[tuple[Any, ...], Bucket]  # (device, dtype, sharding or another key) -> bucket
 
 
-def init_group(opt: Any, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+def init_group(opt: Stepped, group: dict[str, Any], index: int, *lists: list[Tensor]
+               ) -> tuple[tuple[Any, ...], ...] | None:
     """The optimizer's ``_init_group``: the buckets of param group ``index`` when all its params
     are plain tensors (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
-    ``opt._flat_lists``) with every bucket's tensors, bucket after bucket, and returns each
+    ``opt._layout.flat_lists``) with every bucket's tensors, bucket after bucket, and returns each
     bucket's (number of params, has master copies, param names); None, with nothing filled,
     otherwise (the traced :func:`make_buckets` then handles the group and its errors).
 
@@ -102,8 +102,6 @@ def init_group(opt: Any, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, .
     (torch/_dynamo/variables/optimizer.py). Traced, this per-param Python was most of dynamo's
     time on a compiled step (RESULTS.md, compile time). The result depends only on what those
     guards check: which params have grads, their devices and dtypes, and the state's keys."""
-    opt._stepped = True  # eager here even in a compiled step (see _opt_called)
-    group = opt._groups[index]
     dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
     for p in group["params"]:
         g = p.grad
@@ -117,21 +115,23 @@ def init_group(opt: Any, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, .
     buckets = make_buckets(opt, group, index, plain=True)
     if any(len(b.master_params) not in (0, len(b.params)) for b in buckets.values()):
         return None
-    out = dict(zip(opt._flat_lists, lists))
+    flat_lists = opt._layout.flat_lists
+    out = dict(zip(flat_lists, lists))
     for b in buckets.values():
-        for key in opt._flat_lists:
+        for key in flat_lists:
             out[key].extend(b.lists.get(key, ()))
     return tuple((len(b.params), len(b.master_params) > 0, tuple(b.names)) for b in buckets.values())
 
 
-def group_buckets(opt: Any, group: dict[str, Any], index: int) -> Buckets:
+def group_buckets(opt: Stepped, group: dict[str, Any], index: int) -> Buckets:
     """Param group ``index``'s buckets: from ``_init_group`` when it takes the group (under
     Dynamo: run eagerly, outside the trace), else from :func:`make_buckets`."""
-    lists: list[list[Tensor]] = [[] for _ in opt._flat_lists]
+    flat_lists = opt._layout.flat_lists
+    lists: list[list[Tensor]] = [[] for _ in flat_lists]
     layout = opt._init_group(index, *lists)
     if layout is None:
         return make_buckets(opt, group, index)
-    flat = dict(zip(opt._flat_lists, lists))
+    flat = dict(zip(flat_lists, lists))
     buckets: Buckets = {}
     lo = lo_master = 0
     for n, has_master, names in layout:
@@ -145,17 +145,7 @@ def group_buckets(opt: Any, group: dict[str, Any], index: int) -> Buckets:
     return buckets
 
 
-def _param_tensors(opt: Any, p: Tensor, state: dict[str, Any]) -> list[tuple[str, Tensor]]:
-    """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
-    out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in opt._lists.items())]
-    if opt._has_step:
-        out.append(("steps", state["step"]))
-    if "master_param" in state:
-        out.append(("master_params", state["master_param"]))
-    return out
-
-
-def make_buckets(opt: Any, group: dict[str, Any], index: int, plain: bool = False) -> Buckets:
+def make_buckets(opt: Stepped, group: dict[str, Any], index: int, plain: bool = False) -> Buckets:
     """Params with a grad, with their state, grouped by (device, dtype, sharding); lists hold
     local shards of DTensors. Checks every DTensor's layout before anything runs. ``plain``: the
     caller found no DTensor and no sparse grad (the per-tensor sharding checks are skipped: the
@@ -179,11 +169,11 @@ def make_buckets(opt: Any, group: dict[str, Any], index: int, plain: bool = Fals
         state = opt._init_state(p, group)
         param_name = names[i] if names else None
         if plain:
-            bucket((p.device, p.dtype, None)).add(_param_tensors(opt, p, state), param_name)
+            bucket((p.device, p.dtype, None)).add(opt._layout.param_tensors(p, state), param_name)
             continue
         if p.grad.is_sparse:
             opt._check_sparse(p, group, name(i))
-            bucket((p.device, p.dtype, "sparse"), sparse=True).add(_param_tensors(opt, p, state), param_name)
+            bucket((p.device, p.dtype, "sparse"), sparse=True).add(opt._layout.param_tensors(p, state), param_name)
             continue
         sharding = _sharding.sharding_of(p, p.grad, state, name(i), who)
         if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
@@ -191,7 +181,7 @@ def make_buckets(opt: Any, group: dict[str, Any], index: int, plain: bool = Fals
             if not _sharding.same_mesh(first[0], sharding.mesh):
                 raise ValueError(f"{who}: param {name(i)} is on a different device mesh than param {first[1]} "
                                  "of the same param group, device and dtype; put them in separate param groups")
-        local = [(arg, _sharding.local(t)) for arg, t in _param_tensors(opt, p, state)]
+        local = [(arg, _sharding.local(t)) for arg, t in opt._layout.param_tensors(p, state)]
         bucket((p.device, p.dtype, sharding), sharding=sharding).add(local, param_name)
     return buckets
 
@@ -209,11 +199,12 @@ def on_bucket(value: Tensor, bucket: Bucket) -> Tensor:
     return value.detach().reshape(()).to(device=p.device, dtype=torch.float32, non_blocking=True)
 
 
-def hypers(opt: Any, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
+def hypers(opt: Stepped, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
     """The op's hyper-parameters for one bucket: the group's entries of the same names
     (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device (an optimizer's
     ``_hypers`` may add per-param options)."""
-    for key, validate in opt._scheduled.items():
+    layout = opt._layout
+    for key, validate in layout.scheduled.items():
         # A value written into the group that no eager read synced (a compiled step reads the
         # group as its guards saw it): the eager check and message.
         value = group.get(key)
@@ -224,7 +215,7 @@ def hypers(opt: Any, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
     if "betas" in group:
         values["beta1"], values["beta2"] = group["betas"]
     out = {}
-    for a in opt._op.args:
+    for a in layout.spec.args:
         if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
             v = values[a.name]
             # (a float written into the group that no eager read synced yet: the wrapper
@@ -233,10 +224,10 @@ def hypers(opt: Any, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
     return out
 
 
-def _bucket_args(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+def _bucket_args(opt: Stepped, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
                  found_inf: Tensor | None, max_grad_norm: float) -> dict[str, Any]:
     """One bucket's op arguments by name, every param of it (:func:`_chunk` cuts them per call)."""
-    op = opt._op
+    op = opt._layout.spec
     args: dict[str, Any] = {a.name: bucket.lists[a.name] for a in op.args if a.role in BUCKET_LISTS}
     args.update(opt._hypers(group, bucket), grad_scale=grad_scale, found_inf=found_inf)
     if bucket.master_params:
@@ -246,30 +237,51 @@ def _bucket_args(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Te
     return args
 
 
-def bucket_call(opt: Any, group: dict[str, Any], bucket: Bucket) -> tuple[Any, list[Any], dict[str, int]]:
+def bucket_call(opt: Stepped, group: dict[str, Any], bucket: Bucket) -> tuple[Any, list[Any], dict[str, int]]:
     """A plain bucket's one op call, for a :class:`~._plan.GroupPlan`: the op, its arguments in
     schema order as the op takes them (the per-step values empty), and where the per-step
     arguments sit (grads, grad_scale, found_inf, max_grad_norm)."""
-    spec = opt._op
+    spec = opt._layout.spec
     args = _bucket_args(opt, group, bucket, None, None, 0.0)
     slots = {a.name: i for i, a in enumerate(spec.args) if a.role is Role.GRADS
              or a.name in ("grad_scale", "found_inf", "max_grad_norm")}
     return spec.op, spec.to_op_args(spec.bind((), args)), slots
 
 
-def step_bucket(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
-                found_inf: Tensor | None, max_grad_norm: float) -> None:
-    """The op call of one bucket of ``group``: the one-call op, or for sharded layer-wise buckets
-    reduce, combine across shards, apply."""
+class BucketKind(enum.Enum):
+    """How one bucket steps, on any route (``_route``); the math is the ops' for float32,
+    bfloat16 and float16 params, the float64 reference functions' for float64 ones."""
+
+    ONE_CALL = "one op call"                   # plain tensors (a traced step: per max_tensors_per_call)
+    TWO_PHASE = "reduce, combine, apply"       # DTensor shards, an engine's pieces: exact per-tensor norms
+    NO_PIECE = "its share of the collective"   # a rank that holds no piece of a sharded bucket
+    SPARSE = "sparse rows"                     # sparse grads (Adagrad): the optimizer's own update
+
+
+def bucket_kind(family: OpFamily, bucket: Bucket) -> BucketKind:
+    """The one place that says how a bucket steps (the table of :class:`BucketKind`)."""
     if bucket.sparse:
+        return BucketKind.SPARSE
+    sharded = bucket.sharding is not None and bool(bucket.sharding.dims) and family.spec.reductions != ()
+    if sharded and not bucket.params:
+        return BucketKind.NO_PIECE
+    return BucketKind.TWO_PHASE if sharded else BucketKind.ONE_CALL
+
+
+def step_bucket(opt: Stepped, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+                found_inf: Tensor | None, max_grad_norm: float) -> None:
+    """The op calls of one bucket of ``group``, by its :func:`bucket_kind`."""
+    family = opt._layout.family
+    op = family.spec
+    kind = bucket_kind(family, bucket)
+    if kind is BucketKind.SPARSE:
         opt._step_sparse(group, bucket, grad_scale, found_inf)
         return
-    op = opt._op
-    sharding = bucket.sharding
-    if not bucket.params:  # a rank with no piece of a sharded bucket: its share of the collective
-        if sharding is not None and len(opt._ops.functions(torch.float32)) > 1:
-            _sharding.combine(torch.zeros((0, len(op.reductions)), device=bucket.device),
-                              [c.combine for c in op.reductions], sharding)
+    if kind is BucketKind.NO_PIECE:
+        _sharding.combine(torch.zeros((0, len(op.reductions)), device=bucket.device),
+                          [c.combine for c in op.reductions], bucket.sharding)
+        return
+    if not bucket.params:
         return
     dtype = bucket.params[0].dtype
     args = _bucket_args(opt, group, bucket, grad_scale, found_inf, max_grad_norm)
@@ -284,8 +296,8 @@ def step_bucket(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Ten
         shaped = {a.name for a in op.args if a.role in (Role.PARAMS, Role.GRADS, Role.STATE)}
         args = {k: [t.view(1) if t.dim() == 0 else t for t in v] if k in shaped else v for k, v in args.items()}
     chunks = [_chunk(op, args, lo, min(lo + size, n), n) for lo in range(0, n, size)]
-    step, *phases = opt._ops.functions(dtype)
-    if sharding is None or not sharding.dims or not phases:
+    step, *phases = family.functions(dtype)
+    if kind is BucketKind.ONE_CALL:
         for chunk in chunks:
             step(**chunk)
         return
@@ -293,7 +305,7 @@ def step_bucket(opt: Any, group: dict[str, Any], bucket: Bucket, grad_scale: Ten
     reduce, apply = phases
     partials = [reduce(**chunk) for chunk in chunks]
     totals = _sharding.combine(torch.cat(partials) if len(partials) > 1 else partials[0],
-                               [c.combine for c in op.reductions], sharding)
+                               [c.combine for c in op.reductions], bucket.sharding)
     lo = 0
     for chunk in chunks:
         hi = lo + len(chunk["params"])

@@ -99,7 +99,7 @@ class CheckpointState:
         # back into tensors).
         sd = super().state_dict()
         for group in sd["param_groups"]:
-            for key in self._scheduled:
+            for key in self._layout.scheduled:  # type: ignore[attr-defined]
                 if key in group:
                     group[key] = as_floats(group[key])
         return sd
@@ -126,7 +126,7 @@ class CheckpointState:
         for g in groups:
             g = {k: v for k, v in g.items() if k not in self._foreign_keys}
             step = g.pop("step", None)
-            if step is not None and self._has_step:
+            if step is not None and self._layout.has_step:  # type: ignore[attr-defined]
                 for pid in g["params"]:
                     if pid in state and "step" not in state[pid]:
                         state[pid]["step"] = torch.as_tensor(step, dtype=torch.float32).clone().reshape(())
@@ -163,7 +163,8 @@ class CheckpointState:
         # torch.optim casts floating state to the param dtype (bf16 params would
         # lose their float32 moments, LAMB16's float8 ones would become float32);
         # keep each in the dtype the ops require, from the saved tensors themselves.
-        keep = (*self._state_keys, *self._scalar_state_keys, "master_param")
+        layout = self._layout  # type: ignore[attr-defined]
+        keep = (*layout.state_keys, *layout.scalar_state_keys, "master_param")
         saved = {
             pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
             for pid, s in state_dict["state"].items() if isinstance(s, dict)
@@ -180,11 +181,11 @@ class CheckpointState:
                 continue
             state = self.state[p]
             for k, v in values.items():
-                state[k] = v.to(device=p.device, dtype=self._state_dtype(k, p.dtype), copy=True)
-                if k in self._scalar_state_keys and v.numel() == 1:  # (a flat partition's: one per piece)
+                state[k] = v.to(device=p.device, dtype=layout.state_dtype(k, p.dtype), copy=True)
+                if k in layout.scalar_state_keys and v.numel() == 1:  # (a flat partition's: one per piece)
                     state[k] = state[k].reshape(())
             step = state.pop("step", None)
-            if step is not None and self._has_step:  # (releases up to 0.1.0 kept a dead LARS step)
+            if step is not None and layout.has_step:  # (releases up to 0.1.0 kept a dead LARS step)
                 step = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True)
                 state["step"] = step.reshape(()) if step.numel() == 1 else step
         self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats

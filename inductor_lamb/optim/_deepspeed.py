@@ -46,38 +46,10 @@ import torch
 from torch import Tensor
 
 from ._buckets import Bucket
+from ._layout import Stepped
+from ._model_tensors import ModelTensors  # noqa: F401  (where pickles of 0.3 find it)
 
-__all__ = ["ModelTensors", "Pieces", "check_model_params", "flat_buckets", "forget_plans", "release_replaced_state"]
-
-
-class ModelTensors:
-    """The tensors an optimizer was given, in order (the same on every rank), with their names:
-    what an engine's flat partitions are mapped back to. Owned by the optimizer
-    (``opt._model``); a copy of the optimizer carries it (the index by id is rebuilt), not its
-    cache of partition maps."""
-
-    def __init__(self) -> None:
-        self.params: list[Tensor] = []
-        self.names: list[str | None] = []
-        self.index: dict[int, int] = {}  # id(param) -> its position
-        self.flat_plans: dict[int, _Plan] = {}  # id(flat partition) -> where its pieces lie
-
-    def add(self, params: list[Tensor], names: list[str | None] | None) -> None:
-        for p, name in zip(params, names or [None] * len(params)):
-            self.index[id(p)] = len(self.params)
-            self.params.append(p)
-            self.names.append(name)
-
-    def reindex(self) -> None:
-        self.index = {id(p): i for i, p in enumerate(self.params)}
-        self.flat_plans = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"params": self.params, "names": self.names}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.params, self.names = state["params"], state["names"]
-        self.reindex()
+__all__ = ["Pieces", "PartitionMap", "check_model_params", "flat_buckets", "release_replaced_state"]
 
 
 @dataclass(eq=False)
@@ -128,7 +100,7 @@ class Pieces:
 
 
 @dataclass
-class _Plan:
+class PartitionMap:
     """Where the pieces of one flat partition lie: (model tensor index, start, length)."""
 
     flat: weakref.ref
@@ -136,32 +108,27 @@ class _Plan:
     group: Any
 
 
-def forget_plans(opt: Any) -> None:
-    """Drops the cached partition maps (a copied or restored optimizer maps anew)."""
-    opt._model.flat_plans = {}
-
-
-def _is_foreign(opt: Any, params: list[Tensor]) -> bool:
+def _is_foreign(opt: Stepped, params: list[Tensor]) -> bool:
     """Whether a param group holds tensors the optimizer was not given (an engine's flat
     partitions): none of them is one of the model params it was built with."""
     known = opt._model.index
     return bool(known) and bool(params) and all(id(p) not in known for p in params)
 
 
-def release_replaced_state(opt: Any) -> None:
+def release_replaced_state(opt: Stepped) -> None:
     """Drops the state made at construction for model params that an engine has since
     replaced by its flat partitions (they are in no param group any more): unused, it would
     hold a full copy of the optimizer state on every rank, and torch.optim's ``state_dict``
     cannot pack state of a tensor that is in no group."""
     if not opt._model.index:
         return
-    current = {id(p) for g in opt._groups for p in g["params"]}
+    current = {id(p) for g in opt.param_groups for p in g["params"]}
     for p in opt._model.params:
         if id(p) not in current and p in opt.state:
             del opt.state[p]
 
 
-def _refuse(opt: Any, what: str) -> None:
+def _refuse(opt: Stepped, what: str) -> None:
     raise RuntimeError(
         f"{type(opt).__name__}: {what}. Its trust ratios need each tensor's norms, which a step over "
         "flat partitions that cut across tensors cannot take (it would be a per-partition ratio, silently "
@@ -170,9 +137,9 @@ def _refuse(opt: Any, what: str) -> None:
         "flat layout exactly.")
 
 
-def check_model_params(opt: Any, params: list[Tensor]) -> None:
+def check_model_params(opt: Stepped, params: list[Tensor]) -> None:
     """Refuses, when the optimizer is built, flat params it could only step per partition."""
-    if not opt._op.reductions:
+    if not opt._layout.spec.reductions:
         return
     for p in params:
         if getattr(p, "_is_flat_param", False):
@@ -180,7 +147,7 @@ def check_model_params(opt: Any, params: list[Tensor]) -> None:
                     "params into one tensor); use FSDP2 (torch.distributed.fsdp.fully_shard) instead")
 
 
-def _plan_zero12(opt: Any, flat: Tensor) -> _Plan | None:
+def _map_zero12(opt: Stepped, flat: Tensor) -> PartitionMap | None:
     storage = flat.untyped_storage().data_ptr()
     pieces, groups = [], []
     for index, p in enumerate(opt._model.params):
@@ -197,10 +164,10 @@ def _plan_zero12(opt: Any, flat: Tensor) -> _Plan | None:
     if any(g is not groups[0] for g in groups):
         _refuse(opt, "its params are in several DeepSpeed data-parallel groups (expert parallelism?), which "
                 "it does not map")
-    return _Plan(weakref.ref(flat), pieces, groups[0])
+    return PartitionMap(weakref.ref(flat), pieces, groups[0])
 
 
-def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
+def _map_zero3(opt: Stepped, flat: Tensor) -> PartitionMap | None:
     import torch.distributed as dist
 
     params = opt._model.params
@@ -223,34 +190,35 @@ def _plan_zero3(opt: Any, flat: Tensor) -> _Plan | None:
         length = max(0, min(slot, p.ds_numel - rank * slot))  # (the rest of the slot is padding)
         if length:
             pieces.append((index_of[id(p)], int(offset), int(length)))
-    return _Plan(weakref.ref(flat), pieces, group)
+    return PartitionMap(weakref.ref(flat), pieces, group)
 
 
-def _plan(opt: Any, flat: Tensor) -> _Plan:
-    cache = opt._model.flat_plans
-    plan = cache.get(id(flat))
-    if plan is not None and plan.flat() is flat:
-        return plan
-    plan = _plan_zero12(opt, flat) or _plan_zero3(opt, flat)
-    if plan is None:
+def _partition_map(opt: Stepped, flat: Tensor) -> PartitionMap:
+    cache = opt._model.partition_maps
+    where = cache.get(id(flat))
+    if where is not None and where.flat() is flat:
+        return where
+    where = _map_zero12(opt, flat) or _map_zero3(opt, flat)
+    if where is None:
         _refuse(opt, f"a param group holds a tensor of shape {tuple(flat.shape)} that is not one of the params "
                 "it was built with, and that no engine it knows made (another engine's flat partition?)")
-    for _, start, length in plan.pieces:
+    for _, start, length in where.pieces:
         if start < 0 or start + length > flat.numel():
             _refuse(opt, "DeepSpeed's map of its flat partition points outside it (a DeepSpeed version whose "
                     "layout this release does not know)")
-    cache[id(flat)] = plan
-    return plan
+    cache[id(flat)] = where
+    return where
 
 
-def _piece_state(opt: Any, flat: Tensor, group: dict[str, Any], pieces: int) -> dict[str, Any]:
+def _piece_state(opt: Stepped, flat: Tensor, group: dict[str, Any], pieces: int) -> dict[str, Any]:
     """The state of a flat partition: a tensor like it per state key, and per-piece vectors
     of the per-tensor values (step counts, LAMB16's scales), made or resized to ``pieces``."""
     state = opt.state[flat]
-    for key in opt._state_keys:
+    layout = opt._layout
+    for key in layout.state_keys:
         if key not in state:
-            state[key] = torch.full_like(flat, opt._state_fill(key, group), dtype=opt._state_dtype(key, flat.dtype))
-    vectors = (["step"] if opt._has_step else []) + list(opt._scalar_state_keys)
+            state[key] = torch.full_like(flat, opt._state_fill(key, group), dtype=layout.state_dtype(key, flat.dtype))
+    vectors = (["step"] if layout.has_step else []) + list(layout.scalar_state_keys)
     for key in vectors:
         fill = 0.0 if key == "step" else opt._state_fill(key, group)
         v = state.get(key)
@@ -263,7 +231,7 @@ def _piece_state(opt: Any, flat: Tensor, group: dict[str, Any], pieces: int) -> 
     return state
 
 
-def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], Bucket] | None:
+def flat_buckets(opt: Stepped, group: dict[str, Any]) -> dict[tuple[Any, ...], Bucket] | None:
     """The buckets of a param group that holds flat partitions, one per partition, each of
     the pieces of the model's tensors in it (:class:`Pieces`); None when the group holds
     the model's own tensors (or when the optimizer is element-wise: a flat partition is
@@ -272,7 +240,7 @@ def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], Bucke
     if not _is_foreign(opt, params):
         return None
     release_replaced_state(opt)
-    if not opt._op.reductions:
+    if not opt._layout.spec.reductions:
         return None
     names = opt._model.names
     buckets: dict[tuple[Any, ...], Bucket] = {}
@@ -282,18 +250,19 @@ def flat_buckets(opt: Any, group: dict[str, Any]) -> dict[tuple[Any, ...], Bucke
         if flat.dim() != 1 or flat.dtype != torch.float32:
             _refuse(opt, f"a param group holds a {flat.dtype} tensor of shape {tuple(flat.shape)} that is not "
                     "one of the params it was built with")
-        plan = _plan(opt, flat)
-        state = _piece_state(opt, flat, group, len(plan.pieces))
-        where = plan.pieces
+        partition = _partition_map(opt, flat)
+        state = _piece_state(opt, flat, group, len(partition.pieces))
+        where = partition.pieces
         lists = {"params": [flat.narrow(0, s, n) for _, s, n in where],
                  "grads": [flat.grad.narrow(0, s, n) for _, s, n in where]}
-        for key, arg in opt._lists.items():  # (state like the partition; per-tensor values per piece)
+        layout = opt._layout
+        for key, arg in layout.lists.items():  # (state like the partition; per-tensor values per piece)
             t = state[key]
-            lists[arg] = [t[j] for j in range(len(where))] if key in opt._scalar_state_keys else \
+            lists[arg] = [t[j] for j in range(len(where))] if key in layout.scalar_state_keys else \
                 [t.narrow(0, s, n) for _, s, n in where]
-        if opt._has_step:
+        if layout.has_step:
             lists["steps"] = [state["step"][j] for j in range(len(where))]
-        index = torch.tensor([i for i, _, _ in plan.pieces], dtype=torch.int64, device=flat.device)
+        index = torch.tensor([i for i, _, _ in where], dtype=torch.int64, device=flat.device)
         buckets[(flat.device, flat.dtype, id(flat))] = Bucket(
-            flat.device, lists, [names[i] for i, _, _ in where], Pieces(plan.group, index, len(opt._model.params)))
+            flat.device, lists, [names[i] for i, _, _ in where], Pieces(partition.group, index, len(opt._model.params)))
     return buckets

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from .. import ops
 from ._buckets import bucket_call
+from ._layout import Stepped
 from ._scheduled import follows
 
 __all__ = ["GroupPlan"]
@@ -66,7 +67,7 @@ class GroupPlan:
     __slots__ = ("params", "keys", "values", "tensors_per_call", "mask", "state", "state_count", "state_at",
                  "states", "state_lens", "state_tensors", "buckets", "grads_of", "prepared")
 
-    def __init__(self, opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> None:
+    def __init__(self, opt: Stepped, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> None:
         params = group["params"]
         self.params = list(params)
         self.keys = tuple(k for k in group if k != "params")
@@ -108,12 +109,12 @@ class GroupPlan:
             raise RuntimeError(f"{type(opt).__name__}: a new step plan does not hold for its own grads")
 
     @staticmethod
-    def plannable(opt: Any, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> bool:
+    def plannable(opt: Stepped, group: dict[str, Any], buckets: dict[tuple[Any, ...], Any]) -> bool:
         """Whether a group's buckets can be planned: the group's own params (not an engine's
         pieces of them), plain tensors of the ops' dtypes, and scheduled tensors the ops take
         as they are (a call prepared with a converted copy would not follow the original)."""
         own = {id(p) for p in group["params"]}
-        scheduled = [t for key in opt._scheduled if key in group
+        scheduled = [t for key in opt._layout.scheduled if key in group
                      for t in (group[key] if isinstance(group[key], tuple) else (group[key],))]
         return all(b.sharding is None and not b.sparse and b.params
                    and b.params[0].dtype != torch.float64 and all(id(p) in own for p in b.params)
@@ -121,7 +122,7 @@ class GroupPlan:
                    for b in buckets.values()) and all(map(_plain, group["params"]))
 
 
-    def holds(self, opt: Any, group: dict[str, Any]) -> list[Tensor] | None:
+    def holds(self, opt: Stepped, group: dict[str, Any]) -> list[Tensor] | None:
         """The group's grads when the plan still holds for it, else None."""
         params = group["params"]
         if len(params) != len(self.params) or not all(map(_is, params, self.params)):

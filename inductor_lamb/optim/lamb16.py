@@ -81,4 +81,4 @@ class Lamb16(FusedOptimizer):
         super().__init__(params, defaults, **options)
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
-        return 1.0 if key in self._scalar_state_keys else 0.0
+        return 1.0 if key in self._layout.scalar_state_keys else 0.0

@@ -1,0 +1,116 @@
+"""What the step machinery knows of an optimizer: its :class:`StateLayout` (derived once per
+class from its op's description and its state keys) and :class:`Stepped`, the typed interface
+through which the bucket functions (``_buckets``), the step plans (``_plan``) and DeepSpeed's
+pieces (``_deepspeed``) reach the optimizer. Nothing else of an optimizer is read outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+from ..spec import OpSpec, Role
+
+if TYPE_CHECKING:
+    from ._buckets import Bucket, OpFamily
+    from ._model_tensors import ModelTensors
+
+__all__ = ["StateLayout", "Stepped", "BUCKET_LISTS"]
+
+# The op's per-param lists a bucket holds (master copies beside them, when kept)
+BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """How an optimizer's params and state become its op's arguments.
+
+    ``state_keys`` name the state tensors made like the param (moments), ``scalar_state_keys``
+    the 0-d float32 ones (LAMB16's scales), in the order of the op's lists of those roles; a
+    ``step`` count is kept when the op takes ``steps``."""
+
+    family: OpFamily
+    state_keys: tuple[str, ...]
+    scalar_state_keys: tuple[str, ...]
+    lists: Mapping[str, str]                       # state key -> the op's list argument
+    dtypes: Mapping[str, torch.dtype]              # state key -> the op's dtype for it
+    has_step: bool
+    flat_lists: tuple[str, ...]                    # what ``_init_group`` fills, in order
+    scheduled: Mapping[str, Callable[[Any], None]]  # group keys schedulers change -> validator
+
+    @classmethod
+    def of(cls, family: OpFamily, state_keys: tuple[str, ...], scalar_state_keys: tuple[str, ...],
+           validators: Mapping[str, Callable[[Any], None]], owner: str) -> StateLayout:
+        op = family.spec
+        states = list(op.of(Role.STATE))
+        scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]
+        if len(states) != len(state_keys) or len(scalars) != len(scalar_state_keys):
+            raise TypeError(f"{owner}: state keys do not match the lists of {op.name}")
+        # the op's scheduled tensors, by the group's keys (its beta1 and beta2 are the group's "betas")
+        keys = dict.fromkeys("betas" if a.name in ("beta1", "beta2") else a.name for a in op.of(Role.TENSOR))
+        return cls(
+            family, state_keys, scalar_state_keys,
+            lists={**{k: a.name for k, a in zip(state_keys, states)},
+                   **{k: a.name for k, a in zip(scalar_state_keys, scalars)}},
+            dtypes={k: a.dtype for k, a in zip(state_keys, states)},
+            has_step="steps" in op.names,
+            flat_lists=(*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params"),
+            scheduled={k: validators[k] for k in keys})
+
+    @property
+    def spec(self) -> OpSpec:
+        """The one-call op's description."""
+        return self.family.spec
+
+    def state_dtype(self, key: str, param_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of state ``key`` of a param of ``param_dtype``: the op's (float32 moments,
+        LAMB16's float8), float64 for float64 params' float32 state; scalars and master copies
+        float32."""
+        dtype = self.dtypes.get(key, torch.float32)
+        return torch.float64 if param_dtype == torch.float64 and dtype == torch.float32 \
+            and key not in self.scalar_state_keys else dtype
+
+    def param_tensors(self, p: Tensor, state: Mapping[str, Any]) -> list[tuple[str, Tensor]]:
+        """(op list argument, tensor) for every tensor param ``p`` brings to an op call."""
+        out = [("params", p), ("grads", p.grad), *((arg, state[key]) for key, arg in self.lists.items())]
+        if self.has_step:
+            out.append(("steps", state["step"]))
+        if "master_param" in state:
+            out.append(("master_params", state["master_param"]))
+        return out
+
+
+class Stepped(Protocol):
+    """An optimizer as the step machinery sees it (``FusedOptimizer`` is one). The methods are
+    the hooks a subclass may change."""
+
+    _layout: ClassVar[StateLayout]
+    state: Any                    # torch.optim's state: param -> dict of state tensors
+    max_tensors_per_call: int     # params per op call of a traced step
+    _model: ModelTensors          # every tensor the optimizer was given, in order
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
+        """Param ``p``'s state, made on first use."""
+
+    def _state_fill(self, key: str, group: dict[str, Any]) -> float:
+        """Initial value of state tensor ``key``."""
+
+    def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
+        """The op's hyper-parameters for one bucket."""
+
+    def _check_sparse(self, p: Tensor, group: dict[str, Any], name: str) -> None:
+        """Raises unless a sparse grad of ``p`` can be stepped."""
+
+    def _step_sparse(self, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
+                     found_inf: Tensor | None) -> None:
+        """Steps a bucket of sparse grads."""
+
+    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+        """Param group ``index``'s buckets as flat lists (Dynamo runs it eagerly: its name)."""
