@@ -19,7 +19,7 @@ from torch.optim import Optimizer, optimizer as _torch_optimizer
 from .. import _private, ops
 from ..spec import OpSpec, Role
 from . import _buckets, _deepspeed, _sharding
-from ._buckets import Bucket, Buckets, OpFamily
+from ._layout import Bucket, Buckets, OpFamily
 from ._checkpoint import CheckpointState, param_states
 from ._layout import StateLayout
 from ._model_tensors import ModelTensors
@@ -97,10 +97,9 @@ class FusedOptimizer(CheckpointState, Optimizer):
 
     # Params per op call of a step traced into a graph: a bucket with more takes several
     # calls. Why: Inductor's post-grad pass (decompose_auto_functionalized) is quadratic in
-    # the tensors one mutating call writes, 28 s of a cold compile at 256 params in one call,
-    # 6.8 s in calls of 64, 4.2 s in calls of 32 (RESULTS.md). Eager steps (and the compiled
-    # ``opt.step`` that runs them, _compiled) call each op once per bucket. Clipping inside the
-    # op is for groups of one bucket of at most this many params, in both: the same bits.
+    # the tensors one mutating call writes (docs/decisions.md, "Compile time"). Eager steps
+    # (the eager routes of _route) call each op once per bucket. Clipping inside the op is for
+    # groups of one bucket of at most this many params, in both: the same bits.
     max_tensors_per_call: int = 32
     # Clip by the grads of every param group together, at ``defaults["max_grad_norm"]`` (timm's
     # and apex's LAMB), instead of each group by its own grads and ``max_grad_norm``.

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._buckets import Bucket
+from ._layout import Bucket
 from ._layout import Stepped
 from ._model_tensors import ModelTensors  # noqa: F401  (where pickles of 0.3 find it)
 

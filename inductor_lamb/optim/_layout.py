@@ -1,28 +1,94 @@
-"""What the step machinery knows of an optimizer: its :class:`StateLayout` (derived once per
-class from its op's description and its state keys) and :class:`Stepped`, the typed interface
+"""What the step machinery knows of an optimizer: its op functions (:class:`OpFamily`), its
+:class:`StateLayout` (derived once per class from its op's description and its state keys), the
+:class:`Bucket` its params are stepped in, and :class:`Stepped`, the typed interface
 through which the bucket functions (``_buckets``), the step plans (``_plan``) and DeepSpeed's
 pieces (``_deepspeed``) reach the optimizer. Nothing else of an optimizer is read outside it.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
+from .. import ops, reference
 from ..spec import OpSpec, Role
+from ._model_tensors import ModelTensors
 
-if TYPE_CHECKING:
-    from ._buckets import Bucket, OpFamily
-    from ._model_tensors import ModelTensors
-
-__all__ = ["StateLayout", "Stepped", "BUCKET_LISTS"]
+__all__ = ["OpFamily", "StateLayout", "Bucket", "Buckets", "Stepped", "BUCKET_LISTS"]
 
 # The op's per-param lists a bucket holds (master copies beside them, when kept)
 BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """An optimizer's op functions: the one-call step and, for a layer-wise op, its
+    reduce and apply phases (``inductor_lamb.ops``) for float32 / bfloat16 /
+    float16 params, and the same as float64 reference math
+    (``inductor_lamb.reference``: the equations every kernel follows, in plain
+    torch ops that any device runs and torch.compile fuses) for float64 params,
+    which the ops' float32 arithmetic could not match to float64 precision."""
+
+    spec: OpSpec                         # the one-call op's
+    ops: tuple[Callable[..., Any], ...]  # (step,) or (step, reduce, apply)
+    reference: tuple[Callable[..., Any], ...]
+
+    @classmethod
+    def of(cls, spec: OpSpec) -> OpFamily:
+        """The family of one-call op ``spec``, by its ops' names: the typed wrappers of
+        ``inductor_lamb.ops`` and the reference functions of the same name without the
+        in-place underscore (``lamb_reduce_``: ``reference.lamb_reduce``)."""
+        names = [spec.name, *((spec.reduce_op, spec.apply_op) if spec.reduce_op else ())]
+        return cls(spec, tuple(getattr(ops, n) for n in names), tuple(getattr(reference, n.rstrip("_")) for n in names))
+
+    def functions(self, dtype: torch.dtype) -> tuple[Callable[..., Any], ...]:
+        return self.reference if dtype == torch.float64 else self.ops
+
+
+@dataclass(eq=False)
+class Bucket:
+    """The params of one param group that one op call steps (a traced step: several calls, per
+    ``max_tensors_per_call``): same device, dtype and sharding.
+
+    ``lists`` holds the op's per-param list arguments by their names in the op's schema
+    (``params``, ``grads``, the state lists such as ``exp_avgs``, ``steps``; ``master_params``
+    when the bucket keeps master copies), of local shards for DTensor params and of pieces of
+    flat partitions for an engine's (DeepSpeed ZeRO). ``sharding`` says how to combine a
+    two-phase op's reductions across ranks (:class:`~._sharding.Sharding`,
+    :class:`~._deepspeed.Pieces`; None: not sharded)."""
+
+    device: torch.device
+    lists: dict[str, list[Tensor]] = field(default_factory=lambda: defaultdict(list))
+    names: list[str | None] = field(default_factory=list)  # the params' names, when the group has them
+    sharding: Any = None
+    sparse: bool = False  # sparse grads (Adagrad's own update: ``_step_sparse``)
+
+    @property
+    def params(self) -> list[Tensor]:
+        return self.lists["params"]
+
+    @property
+    def grads(self) -> list[Tensor]:
+        return self.lists["grads"]
+
+    @property
+    def master_params(self) -> list[Tensor]:
+        return self.lists.get("master_params", [])
+
+    def add(self, tensors: list[tuple[str, Tensor]], name: str | None) -> None:
+        """One param's tensors (its op list arguments) and name."""
+        for arg, t in tensors:
+            self.lists[arg].append(t)
+        self.names.append(name)
+
+
+Buckets = dict[tuple[Any, ...], Bucket]  # (device, dtype, sharding or another key) -> bucket
+
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,9 @@ partitions (DeepSpeed ZeRO, ``_deepspeed``) are mapped back to."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from ._deepspeed import PartitionMap
 
 __all__ = ["ModelTensors"]
 
@@ -23,7 +20,7 @@ class ModelTensors:
         self.params: list[Tensor] = []
         self.names: list[str | None] = []
         self.index: dict[int, int] = {}  # id(param) -> its position
-        self.partition_maps: dict[int, PartitionMap] = {}  # id(flat partition) -> where its pieces lie
+        self.partition_maps: dict[int, Any] = {}  # id(flat partition) -> where its pieces lie (_deepspeed)
 
     def add(self, params: list[Tensor], names: list[str | None] | None) -> None:
         for p, name in zip(params, names or [None] * len(params)):
