@@ -17,16 +17,14 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch._inductor.utils import fresh_cache, run_and_get_code
 from tqdm import tqdm
 
+import inductor_lamb
 from benchmarks.bench_step import BYTES_PER_PARAM, KWARGS, OURS, REFERENCE, make_state
 from benchmarks.common import DEFAULT_THREADS, bench, machine_line, numel, stream_bandwidth
-
-import inductor_lamb
 
 
 def mixed_shapes(n: int, total: int) -> list[tuple[int, ...]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -23,9 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from examples.train_fsdp import TinyGPT
-
 import inductor_lamb
+from examples.train_fsdp import TinyGPT
 from inductor_lamb.optim import _sharding
 
 OPTIMIZERS = {

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from benchmarks.common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel
-from tests.test_fuse import BertAdam  # (the BertAdam-style optimizer of the tests)
-
 from inductor_lamb import fuse_optimizer
+from tests.test_fuse import BertAdam  # (the BertAdam-style optimizer of the tests)
 
 OPTIMIZERS = {
     "BertAdam-style (per-parameter Python)": lambda ps: BertAdam(ps, lr=1e-4),

@@ -20,16 +20,14 @@ import argparse
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from benchmarks.common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth
-
 import inductor_lamb
+from benchmarks.common import DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth
 
 # Bytes one step moves per param (float32): reads and writes of params, grads and state.
 ROWS = [

@@ -40,15 +40,21 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from benchmarks.common import (DEFAULT_THREADS, bench, bert_like_shapes, machine_line, numel, stream_bandwidth,
-                    timm_lamb_class, torchao_low_bit)
-
 import inductor_lamb
+from benchmarks.common import (
+    DEFAULT_THREADS,
+    bench,
+    bert_like_shapes,
+    machine_line,
+    numel,
+    stream_bandwidth,
+    timm_lamb_class,
+    torchao_low_bit,
+)
 from inductor_lamb import reference
 
 # Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
@@ -257,8 +263,9 @@ def cuda_graphed(fn):
 
 def run_cuda(args) -> list[dict]:
     """The CUDA tables: every row built, timed and freed in turn (BERT-large state is GBs)."""
-    from benchmarks.common import bench_cuda, cuda_copy_bandwidth
     from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.common import bench_cuda, cuda_copy_bandwidth
 
     large = bert_like_shapes(hidden=1024, ffn=4096, layers=24, vocab=30522)
     small = [(64 * (1 + i % 8), 64) if i % 3 else (256,) for i in range(1000)]

@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from benchmarks.common import DEFAULT_THREADS, bench, machine_line
-
 import inductor_lamb
+from benchmarks.common import DEFAULT_THREADS, bench, machine_line
 
 OPTIMIZERS = {"lamb": (inductor_lamb.Lamb, "lamb_step_"), "lamb16": (inductor_lamb.Lamb16, "lamb16_step_")}
 
@@ -200,7 +198,7 @@ def run_gpt2(args) -> None:
         n = launches(fn) if device.type == "cuda" else 0
         print(f"| {opt_name} | {recipe} | {t * 1e3:.2f} | {opt_ms:.2f} | {n if n else '-'} | {compile_s:.1f} |",
               flush=True)
-        del model, opt, fn
+        model = opt = fn = None  # (frees them before the next recipe)
     inductor_lamb.set_compile_path()
 
 

@@ -124,8 +124,8 @@ def main():
                     key = (cap, row, label)
                     best[key] = min(ms, best.get(key, float("inf")))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print(f"| capability | op, workload | before ms | after ms | after / before |")
-    print(f"|---|---|---|---|---|")
+    print("| capability | op, workload | before ms | after ms | after / before |")
+    print("|---|---|---|---|---|")
     rows = sorted({(cap, row) for cap, row, _ in best}, key=lambda k: (caps.index(k[0]), k[1]))
     for cap, row in rows:
         b, a = best[(cap, row, "before")], best[(cap, row, "after")]

@@ -16,16 +16,13 @@ on every param, grad and state tensor, and the wrapper).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
+import inductor_lamb
 from benchmarks.bench_compile import mixed_shapes, step_fn
 from benchmarks.bench_step import make_state
 from benchmarks.common import bench, machine_line
-
-import inductor_lamb
 from inductor_lamb.optim._buckets import group_buckets
 
 

@@ -11,10 +11,10 @@ from ._build import load_extension
 
 _C = load_extension()  # registers torch.ops.lamb.*; a clear error if built for another torch
 from . import ops, reference  # noqa: E402
-from .fuse import fuse_optimizer, mark_layerwise
-from .optim import Adagrad, Lamb, Lamb16, Lars
 from ._inductor import compile_path, set_compile_path
 from ._inductor import install as _install_compile_path
+from .fuse import fuse_optimizer, mark_layerwise
+from .optim import Adagrad, Lamb, Lamb16, Lars
 
 __version__ = "0.3.0"
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["SYMBOLS", "resolve", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
+__all__ = ["SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
            "run_eagerly_as_a_frame",
            "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
            "has_kernel_for", "inductor", "inductor_ir", "inductor_lowering", "inductor_virtualized",
@@ -45,12 +45,21 @@ SYMBOLS: dict[str, tuple[str, str]] = {
     "_FrameAction": ("torch._C._dynamo.eval_frame:_FrameAction", "(SKIP: the frame and its callees)"),
     "trace_autograd_ops": ("torch._dynamo.config:trace_autograd_ops",
                            "a backward traced into the step's graph (recipe (a)): its buckets are traced too"),
-    "dynamo_marked_constant": ("torch._dynamo.decorators:assume_constant_result",
-                               "the attribute it sets (_dynamo_marked_constant) makes Dynamo call a function at "
-                               "trace time and keep its result as a constant, without importing Dynamo"),
-    "dynamo_static_input_type": ("torch._dynamo.decorators:mark_static_address",
-                                 "the attribute it sets (_dynamo_static_input_type) marks optimizer state as a "
-                                 "static address (CUDA graphs) without importing Dynamo"),
+    # ---- torch.optim (optim/_base.py)
+    "_global_optimizer_pre_hooks": ("torch.optim.optimizer:_global_optimizer_pre_hooks",
+                                    "a traced step runs the global step hooks, as torch.optim's wrapper does"),
+    "_global_optimizer_post_hooks": ("torch.optim.optimizer:_global_optimizer_post_hooks", "(the same)"),
+    # ---- ops (ops.py, spec.py, _inductor/cache_key.py)
+    "OpOverload": ("torch._ops:OpOverload", "an op's overload: its schema, its name, the type of a graph's call"),
+    # ---- foreach ops (the decomposition's backend, optim/_base.py's clip norm)
+    **{f"_foreach_{name}": (f"torch:_foreach_{name}", "the decomposition's list math; the clip's grad norms")
+       for name in ("add", "sub", "mul", "div", "sqrt", "pow", "copy_", "norm")},
+    # ---- DTensor and collectives (optim/_sharding.py)
+    "functional_collectives": ("torch.distributed._functional_collectives",
+                               "traceable all_reduce / all_gather: a compiled sharded step keeps them in its graph"),
+    "_StridedShard": ("torch.distributed.tensor.placement_types:_StridedShard",
+                      "FSDP2 over tensor parallel shards along a mesh dimension with it (TorchTitan's 2-D "
+                      "layouts): its shards' partials combine like Shard(d)'s"),
     # ---- the dispatcher (ops.py, optim/_plan.py, _inductor/paths.py)
     "DispatchKey": ("torch._C:DispatchKey", "the check kernels' key (PrivateUse3); the Python key of a subclass"),
     "DispatchKeySet": ("torch._C:DispatchKeySet", "redispatch to the check kernels from the fake implementations"),
@@ -70,6 +79,28 @@ SYMBOLS: dict[str, tuple[str, str]] = {
                                    "the base class of the cache-key pass (its uuid keys the FX graph cache)"),
     "inductor.BackendFeature": ("torch._inductor.codegen.common:BackendFeature",
                                 "whether the device's codegen takes foreach groups"),
+}
+
+# Private attributes that torch reads or writes on our objects (a protocol, not a symbol to
+# resolve): name -> (the torch module whose source names it, what it does for us).
+PROTOCOLS: dict[str, tuple[str, str]] = {
+    "_dynamo_marked_constant": ("torch._dynamo.decorators",
+                                "set by assume_constant_result: Dynamo calls a marked function while tracing and "
+                                "keeps its result as a constant (set here without importing Dynamo)"),
+    "_dynamo_static_input_type": ("torch._dynamo.decorators",
+                                  "set by mark_static_address: optimizer state is a static input of a compiled "
+                                  "step (CUDA graphs), set here without importing Dynamo"),
+    "_init_group": ("torch._dynamo.variables.optimizer",
+                    "Dynamo runs an optimizer's _init_group eagerly while tracing its step"),
+    "_wrapped_by_lr_sched": ("torch.optim.lr_scheduler", "LR schedulers leave a step that carries it unwrapped"),
+    "_opt_called": ("torch.optim.lr_scheduler", "what LR schedulers read to warn of a scheduler step before any"),
+    "_step_supports_amp_scaling": ("torch.amp.grad_scaler",
+                                   "GradScaler hands grad_scale and found_inf to a step that unscales itself"),
+    "_optimizer_step_pre_hooks": ("torch.optim.optimizer", "the step hooks a traced step runs"),
+    "_optimizer_step_post_hooks": ("torch.optim.optimizer", "(the same)"),
+    "_optimizer_load_state_dict_pre_hooks": ("torch.optim.optimizer",
+                                             "load_state_dict runs them before the optimizer's whole load"),
+    "_optimizer_load_state_dict_post_hooks": ("torch.optim.optimizer", "... and these after it"),
 }
 
 _T = TypeVar("_T")
@@ -165,11 +196,30 @@ def mark_static_address(t: Any) -> Any:
     """Marks tensor ``t`` as living at one address while it exists, as
     ``torch._dynamo.mark_static_address`` does (its attribute, without importing Dynamo)."""
     if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is None:
-        t._dynamo_static_input_type = "unguarded"
+        setattr(t, "_dynamo_static_input_type", "unguarded")  # noqa: B010  (an attribute torch does not declare)
     return t
 
 
+# ---- torch.optim, foreach ops, collectives ------------------------------------------------------
+
+
+def global_step_hooks() -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The step hooks registered for every optimizer (pre, post)."""
+    return resolve("_global_optimizer_pre_hooks"), resolve("_global_optimizer_post_hooks")
+
+
+def foreach(name: str) -> Callable[..., Any]:
+    """``torch._foreach_<name>``."""
+    return resolve(f"_foreach_{name}")
+
+
+def functional_collectives() -> Any:
+    return resolve("functional_collectives")
+
+
 # ---- the dispatcher --------------------------------------------------------------------------
+
+OpOverload = torch._ops.OpOverload
 
 PYTHON_KEY = torch._C.DispatchKey.Python
 # The check kernels' dispatch key: one no tensor has (csrc/ops.cpp)
@@ -190,7 +240,7 @@ def disable_current_modes() -> Any:
 # ---- Inductor (imported on first use: the lowering runs inside a compile) -------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def inductor(name: str) -> Any:
     """The Inductor module or class :data:`SYMBOLS` names ``inductor.<name>``."""
     return resolve(f"inductor.{name}")

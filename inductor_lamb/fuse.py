@@ -3,7 +3,7 @@
 Element-wise optimizers written per parameter (BertAdam-style classes, research
 optimizers) cost hundreds of tiny kernel calls a step. Flattening the
 parameters, grads and optimizer state of each (param group, device, dtype)
-bucket into one buffer turns that into one call per buffer (Bagua's generic
+set into one buffer turns that into one call per buffer (Bagua's generic
 fused optimizer). Layer-wise optimizers must not see the concatenation (their
 norms would span layers: BaguaSys/bagua#335), so they keep stepping per
 parameter, now over views of the flat buffers.
@@ -37,8 +37,9 @@ def is_layerwise(optimizer: Optimizer) -> bool:
     return isinstance(optimizer, FusedOptimizer) or bool(getattr(optimizer, "_inductor_lamb_layerwise", False))
 
 
-class _Bucket:
-    """Parameters that are views of one flat buffer, with a flat gradient buffer laid out alike."""
+class _FlatRun:
+    """Parameters that are views of one flat buffer, with a flat gradient buffer laid out alike.
+    (Not an optimizer's ``Bucket``: a run is what ``fuse_optimizer`` flattens, of any optimizer.)"""
 
     def __init__(self, params: list[Tensor], flat: Tensor) -> None:
         self.params = params
@@ -140,9 +141,9 @@ class _Fused:
     # ---- layout ----------------------------------------------------------------------
 
     def build(self) -> None:
-        """(Re)builds the buckets, and for element-wise optimizers the shadow optimizer
+        """(Re)builds the runs, and for element-wise optimizers the shadow optimizer
         over the flat buffers, keeping any existing per-parameter state."""
-        self.buckets: list[tuple[int, _Bucket]] = []  # (group index, bucket)
+        self.runs: list[tuple[int, _FlatRun]] = []  # (group index, run)
         for gi, group in enumerate(self.opt.param_groups):
             _check_fusable(group["params"])
             keyed: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
@@ -163,8 +164,8 @@ class _Fused:
                     runs = _neighbour_runs(params)
                     flats = [_flat_view(r) for r in runs]
                 for run, flat in zip(runs, flats):
-                    self.buckets.append((gi, _Bucket(run, flat)))
-        self.shadow = None if self.layerwise else self._make_shadow()
+                    self.runs.append((gi, _FlatRun(run, flat)))
+        self.shadow: Any = None if self.layerwise else self._make_shadow()  # (an optimizer of the same class)
 
     def _make_shadow(self) -> Optimizer:
         """The same optimizer class over cache-sized pieces of the flat buffers: one
@@ -172,8 +173,8 @@ class _Fused:
         than the per-parameter loop it replaces), while the call count drops from
         one per parameter to one per ``piece_numel`` elements."""
         groups: dict[int, list[Tensor]] = {}
-        self.pieces: list[tuple[int, int, Tensor]] = []  # (bucket index, start, shadow param)
-        for bi, (gi, b) in enumerate(self.buckets):
+        self.pieces: list[tuple[int, int, Tensor]] = []  # (run index, start, shadow param)
+        for bi, (gi, b) in enumerate(self.runs):
             n = b.flat.numel()
             for start in range(0, max(n, 1), self.piece_numel):
                 end = min(n, start + self.piece_numel)
@@ -184,7 +185,7 @@ class _Fused:
         hyper = [{k: v for k, v in self.opt.param_groups[gi].items() if k not in ("params", "param_names")}
                  for gi in groups]
         self.shadow_groups = list(groups)  # original group index of each shadow group
-        cls = type(self.opt)
+        cls: Any = type(self.opt)
         shadow_groups = [{**h, "params": ps} for h, ps in zip(hyper, groups.values())]
         try:
             shadow = cls(shadow_groups, **self.opt.defaults)
@@ -198,7 +199,7 @@ class _Fused:
     def _push_state(self, shadow: Optimizer) -> None:
         """Per-parameter state of the wrapped optimizer -> state of the shadow's pieces."""
         flat_states = []
-        for _, b in self.buckets:
+        for _, b in self.runs:
             states = [self.opt.state.get(p, {}) for p in b.params]
             flat_state = {}
             if states and states[0]:
@@ -218,7 +219,7 @@ class _Fused:
 
     def _pull_state(self) -> None:
         """State of the shadow's pieces -> per-parameter state (copies, as unfused would hold)."""
-        for bi, (_, b) in enumerate(self.buckets):
+        for bi, (_, b) in enumerate(self.runs):
             pieces = [sp for pbi, _, sp in self.pieces if pbi == bi]
             states = [self.shadow.state.get(sp) for sp in pieces]
             if not states or not all(states):
@@ -242,7 +243,7 @@ class _Fused:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for _, b in self.buckets:
+        for _, b in self.runs:
             b.gather_grads(zero_missing=not self.layerwise)
         if self.layerwise:
             self.opt.step()
@@ -276,7 +277,7 @@ def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True, piece_numel: i
 
     Args:
         optimizer: any ``torch.optim.Optimizer``.
-        do_flatten: copy the parameters of each (param group, device, dtype) bucket
+        do_flatten: copy the parameters of each (param group, device, dtype) set
             into one new buffer and make them views of it (the module keeps working);
             if False, only parameters that already follow each other in memory are
             grouped.
@@ -300,9 +301,10 @@ def fuse_optimizer(optimizer: Optimizer, do_flatten: bool = True, piece_numel: i
     if piece_numel < 1:
         raise ValueError(f"fuse_optimizer: piece_numel must be positive, got {piece_numel}")
     fused = _Fused(optimizer, do_flatten, piece_numel)
-    optimizer._inductor_lamb_fused = fused
-    optimizer.fuse_step = fused.step
-    optimizer.state_dict = fused.state_dict
-    optimizer.load_state_dict = fused.load_state_dict
-    optimizer.add_param_group = fused.add_param_group
+    target: Any = optimizer  # (these attributes are the fused optimizer's own)
+    target._inductor_lamb_fused = fused
+    target.fuse_step = fused.step
+    target.state_dict = fused.state_dict
+    target.load_state_dict = fused.load_state_dict
+    target.add_param_group = fused.add_param_group
     return optimizer

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from . import _private
 from .spec import SPECS
 
 __all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "lamb_reduce_", "lamb_apply_",
@@ -56,10 +57,10 @@ def clip_factor(grad_sumsq: Tensor, max_grad_norm: float, grad_scale: Tensor | N
 
 # The C++ checks of every op, alone (csrc/ops.cpp): a kernel registered for a
 # dispatch key no tensor has, reached only by redispatching to it.
-_CHECKS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse3)
+_CHECKS = _private.CHECK_KEYS
 
 
-def run_checks(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Tensor | None:
+def run_checks(op: _private.OpOverload, *args: Any, **kwargs: Any) -> Tensor | None:
     """Runs op ``op``'s argument checks, the kernels' own, on any tensors (fake
     ones included; nothing is read or written) and raises their error for a bad
     call; returns what the op would (a reduce op: an empty [n, k] tensor)."""
@@ -74,7 +75,7 @@ before_trace: Callable[[], None] = lambda: None
 def _register_fakes() -> None:
     for name, spec in SPECS.items():
 
-        def fake(*args: Any, _op: torch._ops.OpOverload = spec.op, **kwargs: Any) -> Tensor | None:
+        def fake(*args: Any, _op: _private.OpOverload = spec.op, **kwargs: Any) -> Tensor | None:
             before_trace()
             return run_checks(_op, *args, **kwargs)
 

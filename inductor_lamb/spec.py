@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _C  # noqa: F401  (registers the ops)
+from . import _C, _private  # noqa: F401  (_C: registers the ops)
 
 __all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "LISTS", "LAMB", "LAMB16", "LARS", "ADAGRAD"]
 
@@ -119,7 +119,7 @@ class OpSpec:
     apply_op: str = ""
 
     @property
-    def op(self) -> torch._ops.OpOverload:
+    def op(self) -> _private.OpOverload:
         return getattr(torch.ops.lamb, self.name).default
 
     @property
@@ -284,7 +284,7 @@ _ROLE_DOCS = {
 }
 
 
-def _role(arg: torch._C.Argument, contract: dict[str, Any]) -> Arg:
+def _role(arg: Any, contract: dict[str, Any]) -> Arg:  # (arg: a schema's torch._C.Argument)
     t, name = str(arg.type), arg.name
     default = arg.default_value if arg.has_default_value() else REQUIRED
     if isinstance(default, list):

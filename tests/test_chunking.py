@@ -9,13 +9,13 @@ import copy
 
 import pytest
 import torch
+from conftest import assert_tensor_close, equal
 from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inductor_lamb
 from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
-from conftest import assert_tensor_close, equal
 
 SHAPES = [(33, 17), (), (7,), (64, 48), (0,), (3, 5, 7), (1,), (40, 3)]
 OPTIMIZERS = {

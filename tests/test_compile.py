@@ -12,9 +12,23 @@ import warnings
 
 import pytest
 import torch
-from conftest import (MIXED_SHAPES, OP_CASES, STEP_OPTIMIZERS, CountingBackend, assert_tensor_close, clone_lists,
-                      code_summary, eager_call, equal, lamb_calls, make_step_model, op_args, step_batches, train_step,
-                      use_path)
+from conftest import (
+    MIXED_SHAPES,
+    OP_CASES,
+    STEP_OPTIMIZERS,
+    CountingBackend,
+    assert_tensor_close,
+    clone_lists,
+    code_summary,
+    eager_call,
+    equal,
+    lamb_calls,
+    make_step_model,
+    op_args,
+    step_batches,
+    train_step,
+    use_path,
+)
 from torch import nn
 from torch._inductor.utils import run_and_get_code
 

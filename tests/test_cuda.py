@@ -9,8 +9,22 @@ import copy
 
 import pytest
 import torch
-from conftest import (MIXED_SHAPES, OP_CASES, CountingBackend, assert_params_close, assert_tensor_close, clone_lists,
-                      equal, lamb_calls, make_step_model, noncontiguous_like, op_args, spec_lists, step_batches, train_step)
+from conftest import (
+    MIXED_SHAPES,
+    OP_CASES,
+    CountingBackend,
+    assert_params_close,
+    assert_tensor_close,
+    clone_lists,
+    equal,
+    lamb_calls,
+    make_step_model,
+    noncontiguous_like,
+    op_args,
+    spec_lists,
+    step_batches,
+    train_step,
+)
 
 import inductor_lamb
 from inductor_lamb import Lamb, Lamb16, Lars, reference

@@ -9,9 +9,9 @@ from conftest import MIXED_SHAPES, assert_params_close, clone_lists, equal, nonc
 
 import inductor_lamb
 from inductor_lamb import reference
-from inductor_lamb._inductor.backends import TorchBackend
-from inductor_lamb.testing.accuracy import gradient_stream
+from inductor_lamb._inductor.torch_backend import TorchBackend
 from inductor_lamb.rounding import element_hash, tensor_key
+from inductor_lamb.testing.accuracy import gradient_stream
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LRS = [0.02, 0.011, 0.005, 0.013, 0.001]

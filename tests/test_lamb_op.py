@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import (
-    raw_op_kwargs,
     MIXED_SHAPES,
     assert_lists_equal,
     clone_lists,
     make_lists,
     noncontiguous_like,
+    raw_op_kwargs,
     snapshot,
 )
 

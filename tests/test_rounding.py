@@ -12,9 +12,9 @@ from conftest import clone_lists, equal
 
 import inductor_lamb
 from inductor_lamb import reference
-from inductor_lamb._inductor.backends import TorchBackend
-from inductor_lamb.testing.accuracy import track
+from inductor_lamb._inductor.torch_backend import TorchBackend
 from inductor_lamb.rounding import element_hash, stochastic_round, tensor_key
+from inductor_lamb.testing.accuracy import track
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 B = TorchBackend()

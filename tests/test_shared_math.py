@@ -13,7 +13,7 @@ from conftest import assert_tensor_close, host_library, randn, raw_op_kwargs
 
 import inductor_lamb
 from inductor_lamb import reference, rounding
-from inductor_lamb._inductor.backends import TorchBackend
+from inductor_lamb._inductor.torch_backend import TorchBackend
 
 N = 20000  # > 1 chunk, odd tail
 LRS = [0.02, 0.011, 0.005]

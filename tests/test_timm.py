@@ -47,7 +47,6 @@ def assert_models_close(a, b, rtol):
 
 def test_registered_names_build_the_package_optimizers(timm):
     import inductor_lamb
-
     from inductor_lamb.integrations import timm as il_timm
 
     names = timm.optim.list_optimizers()

@@ -20,6 +20,7 @@ def make_assets(folder: str) -> None:
     dataset of, CPython's bundled documentation: TorchTitan's own test assets are not in its
     wheel, and nothing is downloaded."""
     from pydoc_data.topics import topics
+
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     os.makedirs(f"{folder}/tokenizer", exist_ok=True)
@@ -177,9 +178,9 @@ def _container():
 def debug_model():
     """TorchTitan's llama3 debug model with this test's optimizer, on CPU: FlexAttention's masks
     computed densely (_dense_attention), the generated assets, short sequences, no validation."""
-    from torchtitan.models.common.attention import FlexAttention
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.validate import Validator
+    from torchtitan.models.common.attention import FlexAttention
     from torchtitan.models.llama3 import model_registry
     from torchtitan.models.llama3.config_registry import llama3_debugmodel
 

@@ -143,9 +143,8 @@ def interpret_op(op: str, gpu: str) -> dict:
     tensors (mixed shapes, a transposed param, 0-d and empty ones; three steps with a changing
     lr), against the float64 reference: the largest relative error of the params and the float32
     state. This process only (``TRITON_INTERPRET=1`` must be set before Triton is imported)."""
-    import tools.described_gpu as dg
-
     import inductor_lamb
+    import tools.described_gpu as dg
     from inductor_lamb import reference
     from inductor_lamb.spec import SPECS, Role
 
@@ -181,7 +180,7 @@ def interpret_op(op: str, gpu: str) -> dict:
     for k, v in lists.items():
         if v[0].dtype != torch.float32 or k == "steps":
             continue
-        errors[k] = max(float(((a.double() - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+        errors[k] = max(float((a.double() - b).abs().max() / b.abs().max().clamp_min(1e-30))
                         for a, b in zip(v, ref[k]) if b.numel())
     return {"op": op, "gpu": dg.GPUS[gpu].name, "max_rel_error": errors}
 

@@ -399,7 +399,7 @@ def run_interpreted(fn: Callable[..., Any], **tensors: Any) -> None:
     corrections ``beta ** t``) runs as ``exp(t * log(beta))`` instead."""
     import triton.language as tl
     from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.runtime import triton_heuristics, triton_helpers
+    from torch._inductor.runtime import triton_helpers, triton_heuristics
 
     class NoGuard:
         def __init__(self, index: int) -> None:

@@ -30,7 +30,6 @@ import inspect
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,11 +39,20 @@ from torch import nn
 from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
-from benchmarks.common import machine_line, torchao_low_bit
-from benchmarks.studies.lm_convergence import (BATCH, CLIP, MODEL, batch_at, evaluate, load_text, lr_factor, make_model,
-                                                param_groups, study_args)
-
 import inductor_lamb
+from benchmarks.common import machine_line, torchao_low_bit
+from benchmarks.studies.lm_convergence import (
+    BATCH,
+    CLIP,
+    MODEL,
+    batch_at,
+    evaluate,
+    load_text,
+    lr_factor,
+    make_model,
+    param_groups,
+    study_args,
+)
 from inductor_lamb.testing.memory import state_bytes_per_param, torchao_block_size
 
 LR = {"AdamW": 3e-3, "Lamb": 3e-2, "Lamb16": 1e-2}

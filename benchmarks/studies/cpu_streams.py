@@ -170,7 +170,7 @@ def main() -> None:
                 best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
         cells = [f"{best[r] / total * 1e9:.3f} ({best[r] / best['adamw']:.2f}x)" for r in ROWS]
         print(f"| {n} ({16 * n >> 10} KiB) | " + " | ".join(cells) + " |")
-        del lists, u
+        lists = u = None  # (frees them before the next size)
 
 
 if __name__ == "__main__":

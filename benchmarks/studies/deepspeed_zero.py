@@ -32,9 +32,8 @@ from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 import benchmarks.studies.lm_convergence as lm
-from examples.train_deepspeed import join, launch
-
 import inductor_lamb
+from examples.train_deepspeed import join, launch
 from inductor_lamb.optim._model_tensors import ModelTensors
 
 LR = 1e-2

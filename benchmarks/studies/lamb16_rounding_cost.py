@@ -3,8 +3,14 @@ rounding stochastically, eager kernels, same sizes, timed interleaved in one pro
 
     PYTHONPATH=. python -m benchmarks.studies.lamb16_rounding_cost avx2 default
 """
-import torch, time, statistics, sys
+import statistics
+import sys
+import time
+
+import torch
+
 import inductor_lamb
+
 torch.set_num_threads(2)
 def lists(n, k=1):
     sizes = [n // k] * k

@@ -41,7 +41,6 @@ import inspect
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,9 +51,8 @@ from torch import nn
 from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
-from benchmarks.common import bench, machine_line, torchao_low_bit
-
 import inductor_lamb
+from benchmarks.common import bench, machine_line, torchao_low_bit
 from inductor_lamb.testing.memory import state_bytes_per_param, torchao_block_size
 
 WEIGHT_DECAY = 0.01
@@ -438,7 +436,7 @@ def plot(out: dict, path: str) -> None:
         metric, scale = ("test_acc", 100) if task == "mnist" else ("val_loss", 1)
         for name, r in out[task]["scaled"].items():
             xs, ys = [], []
-            for b in sorted((int(b) for b in r if b != "best_lr")):
+            for b in sorted(int(b) for b in r if b != "best_lr"):
                 # (a diverged MNIST run still has its accuracy; a diverged LM run no loss)
                 vals = [scale * x[metric] for x in r[str(b)].values() if x["finite"] or task == "mnist"]
                 if vals:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
+from .backend import Backend
+from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 
 def adagrad_step(B: Backend, a: SimpleNamespace) -> None:

@@ -18,20 +18,24 @@ from pathlib import Path
 
 import torch
 
+from .. import _private
+
 # Bump whenever the IR/decomposition of any op changes: it keys Inductor's caches.
 LOWERING_VERSION = "11"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pass_class() -> type:
     """:class:`CacheKeyPass`, made on first use: its base class lives in Inductor, which
-    importing this package does not import (``object`` where Inductor lacks the hook)."""
+    importing this package does not import (``object`` where Inductor lacks the hook, warned)."""
+    base: type = object
     try:
-        from torch._inductor.custom_graph_pass import CustomGraphPass as base
-    except Exception:  # noqa: BLE001
-        base = object
+        base = _private.custom_graph_pass()
+    except (ImportError, AttributeError) as e:
+        _private.warn_once("Inductor's CustomGraphPass", "graphs holding the ops may miss the FX graph cache, "
+                           "or be served code of another compile path after set_compile_path", e)
 
-    class CacheKeyPass(base):  # type: ignore[misc,valid-type]
+    class CacheKeyPass(base):
         """A post-grad pass whose ``uuid`` puts the lowering version and the active path
         into Inductor's FX graph cache key. It changes one thing only: see
         :func:`call_ops_that_write_nothing`."""
@@ -56,7 +60,7 @@ def call_ops_that_write_nothing(graph: torch.fx.Graph) -> None:
         if node.op != "call_function" or node.target is not af or node.kwargs.get("_all_bases"):
             continue
         op = node.args[0]
-        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "lamb":
+        if not isinstance(op, _private.OpOverload) or op.namespace != "lamb":
             continue
         kwargs = {a.name: node.kwargs[a.name] if a.name in node.kwargs else
                   ([] if node.kwargs.get(f"_{a.name}_length") == 0 else None) for a in op._schema.arguments}
@@ -76,7 +80,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sources_hash() -> str:
     """Hash of the files that generate the IR: an edit changes the key even if
     nobody bumps LOWERING_VERSION."""
@@ -97,8 +101,7 @@ def install(paths: Callable[[], str]) -> None:
     cls = _pass_class()
     if cls.__bases__ == (object,):
         return
-    from torch._inductor import config
-
+    config = _private.inductor_config()
     current = config.post_grad_custom_post_pass
     passes = list(current) if isinstance(current, (list, tuple)) else ([current] if current else [])
     if any(isinstance(p, cls) for p in passes):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
+from .backend import Backend
+from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 
 def _step_scalars(B: Backend, a: SimpleNamespace, t: list[Any]) -> SimpleNamespace:

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from ..rounding import FP8_MAX, element_hash, stochastic_round, tensor_key
-from .backends import Backend, assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
+from .backend import Backend
+from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
 _M_MAX = FP8_MAX[torch.float8_e4m3fn]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from .backends import Backend, assign_params, master_or_params, param_rounding, scaled_grads
+from .backend import Backend
+from .step_parts import assign_params, master_or_params, param_rounding, scaled_grads
 
 
 def per_param(values, n: int, if_empty):

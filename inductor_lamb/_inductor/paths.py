@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .. import _private
 from ..ops import run_checks
 from ..spec import LISTS, SPECS, OpSpec, Role
 from . import cache_key
@@ -79,7 +80,7 @@ def _check_op(op: str) -> str:
 def _graph_input(x: Any) -> bool:
     """Whether Inductor IR ``x`` is a graph input (or a view of one), i.e. no
     node of this graph computes it."""
-    from torch._inductor import ir
+    ir = _private.inductor_ir()
 
     while isinstance(x, (ir.MutableBox, ir.BaseView)):
         x = x.data
@@ -102,9 +103,9 @@ def _engine_is_cheaper(spec: OpSpec, bound: dict[str, Any]) -> bool:
     params = bound["params"]
     if not params or params[0].get_device().type != "cuda":
         return False
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(spec.op.name(), "CUDA"):
+    if not _private.has_kernel_for(spec.op.name(), "CUDA"):
         return False
-    from torch._inductor.virtualized import V
+    V = _private.inductor_virtualized().V
 
     from . import cost
 
@@ -116,9 +117,11 @@ def _engine_is_cheaper(spec: OpSpec, bound: dict[str, Any]) -> bool:
 
 
 def _install_lowering(name: str, *, auto: bool = False) -> None:
-    from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
+    lowering_module = _private.inductor_lowering()
+    fallback_handler, lowerings, register_lowering = (lowering_module.fallback_handler, lowering_module.lowerings,
+                                                      lowering_module.register_lowering)
 
-    from .backends import IRBackend
+    from .ir_backend import IRBackend
 
     spec, step = SPECS[name], _step_functions()[name]
     external = fallback_handler(spec.op, add_to_fallback_set=False)
@@ -146,7 +149,7 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
 
 
 def _install_decomposition(name: str) -> None:
-    from .backends import TorchBackend
+    from .torch_backend import TorchBackend
 
     spec, step = SPECS[name], _step_functions()[name]
 
@@ -165,9 +168,7 @@ def _install_decomposition(name: str) -> None:
 def _uninstall(name: str) -> None:
     op = _state["lowered"].pop(name, None)
     if op is not None:
-        from torch._inductor.lowering import lowerings
-
-        lowerings.pop(op, None)
+        _private.inductor_lowering().lowerings.pop(op, None)
     lib = _state["libraries"].pop(name, None)
     if lib is not None:
         lib._destroy()
@@ -263,10 +264,8 @@ def ensure_installed() -> None:
     if items is None:
         return
     _state["pending"] = None
-    from torch.utils._python_dispatch import _disable_current_modes
-
     try:
-        with _disable_current_modes():  # (a trace's fake mode must not see Inductor's import)
+        with _private.disable_current_modes():  # (a trace's fake mode must not see Inductor's import)
             for path, op in items:
                 _set_path(path, list(OPS) if op is None else [op], warn=True, named=op is not None)
     except Exception as e:  # noqa: BLE001

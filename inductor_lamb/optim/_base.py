@@ -10,23 +10,32 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from itertools import chain
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer, optimizer as _torch_optimizer
+from torch.optim import Optimizer
 
 from .. import _private, ops
-from ..spec import OpSpec, Role
 from . import _buckets, _deepspeed, _sharding
-from ._layout import Bucket, Buckets, OpFamily
 from ._checkpoint import CheckpointState, param_states
-from ._layout import StateLayout
+from ._layout import Bucket, Buckets, OpFamily, StateLayout
 from ._model_tensors import ModelTensors
 from ._plan import GroupPlan
 from ._route import Route, conditions, route
-from ._scheduled import (ScheduledValues, as_lr_tensor, check_betas, check_lr, check_momentum, check_nonnegative,
-                         check_seed, group_device, group_dtype, plain_group, static_address)
+from ._scheduled import (
+    ScheduledValues,
+    as_lr_tensor,
+    check_betas,
+    check_lr,
+    check_momentum,
+    check_nonnegative,
+    check_seed,
+    group_device,
+    group_dtype,
+    plain_group,
+    static_address,
+)
 
 __all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
            "check_momentum", "check_nonnegative", "check_seed"]
@@ -53,7 +62,7 @@ unscale_in_step: GradScaler unscales the grads inside the step (see
 }
 
 
-_VALIDATORS = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
+_VALIDATORS: dict[str, Callable[[Any], None]] = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
 
 
 def _host_param(p: Tensor) -> bool:
@@ -71,7 +80,7 @@ class FusedOptions(TypedDict, total=False):
     unscale_in_step: bool
 
 
-class FusedOptimizer(CheckpointState, Optimizer):
+class FusedOptimizer(CheckpointState):
     """Base of the optimizers whose step is one ``torch.ops.lamb`` call per
     (device, dtype, sharding) bucket of each param group (a traced step: per chunk of
     ``max_tensors_per_call`` params of a bigger bucket).
@@ -111,7 +120,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
     _ops: OpFamily
     _state_keys: tuple[str, ...] = ()
     _scalar_state_keys: tuple[str, ...] = ()
-    _layout: StateLayout
+    _layout: ClassVar[StateLayout]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -122,7 +131,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
         if family is not None:
             cls._layout = StateLayout.of(family, cls._state_keys, cls._scalar_state_keys, _VALIDATORS, cls.__name__)
 
-    _copied_attributes = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model",
+    _copied_attributes: tuple[str, ...] = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model",
                           "max_tensors_per_call")
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, master_weights: bool = False,
@@ -279,14 +288,13 @@ class FusedOptimizer(CheckpointState, Optimizer):
                 return hooked(*args, **kwargs)
             if way is Route.EAGER_UNDER_COMPILE:
                 return eagerly(*args, **kwargs)
-            for pre_hook in chain(_torch_optimizer._global_optimizer_pre_hooks.values(),
-                                  self._optimizer_step_pre_hooks.values()):
+            global_pre, global_post = _private.global_step_hooks()
+            for pre_hook in chain(global_pre.values(), self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
                 if result is not None:
                     args, kwargs = result
             out = func(*args, **kwargs)
-            for post_hook in chain(self._optimizer_step_post_hooks.values(),
-                                   _torch_optimizer._global_optimizer_post_hooks.values()):
+            for post_hook in chain(self._optimizer_step_post_hooks.values(), global_post.values()):
                 post_hook(self, args, kwargs)
             return out
 
@@ -370,7 +378,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
             return _buckets.group_buckets(self, group, index), None
         plan = self._plans.get(index)
         grads = plan.holds(self, group) if plan is not None else None
-        if grads is not None:
+        if plan is not None and grads is not None:
             plan.refresh(grads)
             return plan.buckets, plan
         buckets = _deepspeed.flat_buckets(self, group)  # (a group of an engine's flat partitions)
@@ -397,7 +405,7 @@ class FusedOptimizer(CheckpointState, Optimizer):
         graphs), and is read back (one sync) only when a scheduler finds no eager record."""
         if way.eager:
             self._stepped = True
-        elif way.records_in_graph:
+        elif way.records_in_graph and self._stepped_in_graph is not None:
             self._stepped_in_graph.fill_(True)
 
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
@@ -437,16 +445,19 @@ class FusedOptimizer(CheckpointState, Optimizer):
         """max(1, ||all grads / grad_scale|| / max_norm) over ``buckets`` (a group's, or every
         group's) and every shard, on the first bucket's device (no host sync:
         device-to-device copies and collectives only)."""
-        total = None
+        total: Tensor | None = None
         for bucket in buckets:
             grads = bucket.grads
             if grads:
-                norms = torch._foreach_norm(grads, 2, dtype=None if grads[0].dtype == torch.float64 else torch.float32)
+                norms = _private.foreach("norm")(grads, 2,
+                                                 dtype=None if grads[0].dtype == torch.float64 else torch.float32)
                 part = torch.stack(norms).double().square().sum()
             else:  # (a rank with no piece of a sharded bucket)
                 part = torch.zeros((), dtype=torch.float64, device=bucket.device)
             part = _sharding.all_reduce_sum(part, bucket.sharding)
             total = part if total is None else total + part.to(total.device, non_blocking=True)
+        if total is None:
+            raise ValueError("no buckets to clip")
         grad_scale, _ = self._amp_args(total.device)
         return ops.clip_factor(total, max_norm, grad_scale)
 
@@ -454,5 +465,5 @@ class FusedOptimizer(CheckpointState, Optimizer):
 
 # Read by torch code that Dynamo does not trace (LR schedulers, GradScaler) inside a compiled
 # function: run eagerly there rather than compiled as frames of their own (_private).
-for _fn in (FusedOptimizer.param_groups.fget, FusedOptimizer._opt_called.fget):
-    _private.run_eagerly_as_a_frame(_fn)
+for _property in ("param_groups", "_opt_called"):
+    _private.run_eagerly_as_a_frame(FusedOptimizer.__dict__[_property].fget)

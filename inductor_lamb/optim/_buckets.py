@@ -6,8 +6,6 @@ reference to the optimizer's op functions (:class:`OpFamily`)."""
 from __future__ import annotations
 
 import enum
-from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import torch

@@ -6,12 +6,14 @@ implementations (timm's ``Lamb``, apex's ``FusedLAMB``)."""
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
-from typing import Any
+from collections import OrderedDict, defaultdict
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
 
+from ._layout import StateLayout
 from ._scheduled import as_floats, static_address
 
 __all__ = ["CheckpointState", "param_states"]
@@ -51,9 +53,11 @@ def _from_bits(v: Any) -> Any:
     return v.tensor() if isinstance(v, _Float8Bits) else v
 
 
-class CheckpointState:
-    """Mixin of :class:`~inductor_lamb.optim._base.FusedOptimizer`: ``state_dict``,
-    ``load_state_dict``, pickling and deep copies."""
+class CheckpointState(Optimizer):
+    """The part of :class:`~inductor_lamb.optim._base.FusedOptimizer` that saves and loads:
+    ``state_dict``, ``load_state_dict``, pickling and deep copies."""
+
+    _layout: ClassVar[StateLayout]
 
     # Options added after 0.1.0 and the values that reproduce what a checkpoint
     # without them did; other missing options take this optimizer's defaults. (Releases up to
@@ -65,7 +69,7 @@ class CheckpointState:
     _copied_attributes: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
-        out = dict(super().__getstate__())  # type: ignore[misc]
+        out = dict(super().__getstate__())
         out["state"] = _map_state(out["state"], _to_bits)
         out["_copied"] = {k: self.__dict__[k] for k in self._copied_attributes if k in self.__dict__}
         return out
@@ -99,7 +103,7 @@ class CheckpointState:
         # back into tensors).
         sd = super().state_dict()
         for group in sd["param_groups"]:
-            for key in self._layout.scheduled:  # type: ignore[attr-defined]
+            for key in self._layout.scheduled:
                 if key in group:
                     group[key] = as_floats(group[key])
         return sd
@@ -126,7 +130,7 @@ class CheckpointState:
         for g in groups:
             g = {k: v for k, v in g.items() if k not in self._foreign_keys}
             step = g.pop("step", None)
-            if step is not None and self._layout.has_step:  # type: ignore[attr-defined]
+            if step is not None and self._layout.has_step:
                 for pid in g["params"]:
                     if pid in state and "step" not in state[pid]:
                         state[pid]["step"] = torch.as_tensor(step, dtype=torch.float32).clone().reshape(())
@@ -142,20 +146,20 @@ class CheckpointState:
         into the dtypes and devices the ops require and marked as static addresses), then the
         post hooks, which see the loaded optimizer and may write into ``state``."""
         state_dict = state_dict.copy()  # (shallow, as torch.optim: a hook may replace entries)
-        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():  # type: ignore[attr-defined]
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
             result = pre_hook(self, state_dict)
             if result is not None:
                 state_dict = result
-        hooks = (self._optimizer_load_state_dict_pre_hooks,  # type: ignore[attr-defined]
-                 self._optimizer_load_state_dict_post_hooks)  # type: ignore[attr-defined]
+        pre, post = self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks
         # torch.optim's load, with the hooks that already ran or run last set aside (the same dicts
         # are put back: a hook's handle removes it from its dict)
-        self._optimizer_load_state_dict_pre_hooks = self._optimizer_load_state_dict_post_hooks = {}
+        self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks = \
+            OrderedDict(), OrderedDict()
         try:
             self._load(state_dict)
         finally:
-            self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks = hooks
-        for post_hook in self._optimizer_load_state_dict_post_hooks.values():  # type: ignore[attr-defined]
+            self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks = pre, post
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
 
     def _load(self, state_dict: dict[str, Any]) -> None:
@@ -163,13 +167,13 @@ class CheckpointState:
         # torch.optim casts floating state to the param dtype (bf16 params would
         # lose their float32 moments, LAMB16's float8 ones would become float32);
         # keep each in the dtype the ops require, from the saved tensors themselves.
-        layout = self._layout  # type: ignore[attr-defined]
+        layout = self._layout
         keep = (*layout.state_keys, *layout.scalar_state_keys, "master_param")
         saved = {
             pid: {k: v for k, v in s.items() if k in keep and isinstance(v, Tensor)}
             for pid, s in state_dict["state"].items() if isinstance(s, dict)
         }
-        super().load_state_dict(state_dict)  # type: ignore[misc]
+        super().load_state_dict(state_dict)
         id_to_param = {
             pid: p
             for saved_group, group in zip(state_dict["param_groups"], self.param_groups)

@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor
 
-from ._layout import Bucket
-from ._layout import Stepped
+from ._layout import Bucket, Stepped
 from ._model_tensors import ModelTensors  # noqa: F401  (where pickles of 0.3 find it)
 
 __all__ = ["Pieces", "PartitionMap", "check_model_params", "flat_buckets", "release_replaced_state"]
@@ -128,7 +127,7 @@ def release_replaced_state(opt: Stepped) -> None:
             del opt.state[p]
 
 
-def _refuse(opt: Stepped, what: str) -> None:
+def _refuse(opt: Stepped, what: str) -> NoReturn:
     raise RuntimeError(
         f"{type(opt).__name__}: {what}. Its trust ratios need each tensor's norms, which a step over "
         "flat partitions that cut across tensors cannot take (it would be a per-partition ratio, silently "

@@ -122,7 +122,7 @@ class StateLayout:
             family, state_keys, scalar_state_keys,
             lists={**{k: a.name for k, a in zip(state_keys, states)},
                    **{k: a.name for k, a in zip(scalar_state_keys, scalars)}},
-            dtypes={k: a.dtype for k, a in zip(state_keys, states)},
+            dtypes={k: a.dtype or torch.float32 for k, a in zip(state_keys, states)},
             has_step="steps" in op.names,
             flat_lists=(*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params"),
             scheduled={k: validators[k] for k in keys})

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import ops
+from .. import _private, ops
 from ._buckets import bucket_call
 from ._layout import Stepped
 from ._scheduled import follows
@@ -54,11 +54,17 @@ def _plain(p: Tensor) -> bool:
     """A param and its grad are plain strided tensors, as the prepared calls take them (no tensor
     subclass or fake tensor: the Python dispatch key; a step under ``FakeTensorMode`` is a trace,
     not a step to repeat)."""
-    return all(t is None or (t.layout == torch.strided and not torch._C._dispatch_keys(t).has(_PYTHON))
+    return all(t is None or (t.layout == torch.strided and not _private.dispatch_keys(t).has(_private.PYTHON_KEY))
                for t in (p, p.grad))
 
 
-_PYTHON = torch._C.DispatchKey.Python
+
+
+def _picker(at: list[int]) -> Callable[[list[Any]], list[Any]]:
+    """The entries ``at`` of a list, as a C-level slice where they follow each other."""
+    if at and at == list(range(at[0], at[0] + len(at))):
+        return operator.itemgetter(slice(at[0], at[0] + len(at)))
+    return lambda values: [values[i] for i in at]
 
 
 class GroupPlan:
@@ -82,8 +88,7 @@ class GroupPlan:
         position = {id(s): i for i, s in enumerate(everything)}
         mine = [opt.state[p] for p in params if p in opt.state]
         at = [position[id(s)] for s in mine]
-        self.state_at = (operator.itemgetter(slice(at[0], at[0] + len(at))) if at == list(range(at[0], at[0] + len(at)))
-                         else (lambda values, at=at: [values[i] for i in at])) if at else (lambda values: [])
+        self.state_at: Callable[[list[Any]], list[Any]] = _picker(at)
         self.states = mine
         self.state_lens = list(map(len, mine))
         self.state_tensors = list(chain.from_iterable(map(_values, mine)))
@@ -97,9 +102,7 @@ class GroupPlan:
         self.grads_of: list[Callable[[list[Tensor]], list[Tensor]]] = []  # per bucket, among the group's
         for k, bucket in enumerate(buckets.values()):
             at = [index[id(p)] for p in bucket.params]
-            self.grads_of.append(operator.itemgetter(slice(at[0], at[0] + len(at)))
-                                 if at == list(range(at[0], at[0] + len(at))) else
-                                 (lambda grads, at=at: [grads[i] for i in at]))
+            self.grads_of.append(_picker(at))
             op, args, slots = bucket_call(opt, group, bucket)
             ops.run_checks(op, *args)
             self.prepared.add_call(str(op._schema.name), [None if a == [] else a for a in args], at, k,

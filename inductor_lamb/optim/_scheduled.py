@@ -5,11 +5,13 @@ schedulers write and a compiled step reads without recompiling."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from .. import _private
 
 __all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
            "plain_group", "as_floats", "group_device", "group_dtype", "follows"]
@@ -21,10 +23,9 @@ def static_address(t: Any) -> Any:
     process): a compiled step then takes it as a static input, which CUDA graphs need of
     every tensor the step writes (moments, step counts, master copies) and read every replay
     (lr, betas, momentum) without a copy. A tensor replaced later (``load_state_dict``) is
-    marked in its turn; a CUDA graph re-records for a new address, never reads a stale one."""
-    if isinstance(t, Tensor) and getattr(t, "_dynamo_static_input_type", None) is None:
-        t._dynamo_static_input_type = "unguarded"
-    return t
+    marked in its turn; Inductor's CUDA graph trees re-record for a new address (a graph captured
+    by hand must be captured again: docs/compile.md)."""
+    return _private.mark_static_address(t)
 
 
 def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
@@ -95,9 +96,10 @@ class ScheduledValues:
     gives the group a tensor of its own again (the user's is never written).
     """
 
-    def __init__(self, group: dict[str, Any], scheduled: dict[str, Callable[[Any], None]], device: torch.device,
+    def __init__(self, group: dict[str, Any], scheduled: Mapping[str, Callable[[Any], None]], device: torch.device,
                  defaults: dict[str, Any], dtype: torch.dtype = torch.float32) -> None:
-        self.scheduled, self.device, self.dtype, self.values = scheduled, device, dtype, {}
+        self.scheduled, self.device, self.dtype = scheduled, device, dtype
+        self.values: dict[str, Any] = {}  # key -> the group's tensor, or a tuple of them (betas)
         self.owned: list[Tensor] = []  # the tensors this group made (and may fill)
         for key, validate in scheduled.items():
             if key not in group:
@@ -112,10 +114,10 @@ class ScheduledValues:
 
     def sync(self, group: dict[str, Any]) -> None:
         for key, current in self.values.items():
-            value = group.get(key)
+            value: Any = group.get(key)
             if value is current:
                 continue
-            self.scheduled[key](as_floats(value))
+            self.scheduled[key](as_floats(value))  # (raises for a missing or bad value)
             if isinstance(current, tuple):
                 current = tuple(self._assign(c, v) for c, v in zip(current, value))
             else:

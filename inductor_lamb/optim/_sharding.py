@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _private
+
 __all__ = ["Sharding", "sharding_of", "local", "combine", "all_reduce_sum", "is_dtensor", "dtensor_type",
            "same_mesh"]
 
@@ -56,11 +58,11 @@ def is_dtensor(t: Any) -> bool:
     return cls is not None and isinstance(t, cls)
 
 
-def _describe(t: Tensor) -> str:
+def _describe(t: Any) -> str:
     return f"DTensor on mesh {tuple(t.device_mesh.mesh.shape)} with placements {tuple(t.placements)}"
 
 
-def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: str) -> Sharding | None:
+def sharding_of(p: Any, grad: Any, state: dict[str, Any], name: str, who: str) -> Sharding | None:
     """The sharding of param ``p`` (None for a plain tensor), after checking that
     its grad and state tensors are laid out like it. Raises ``ValueError``
     naming the param otherwise (before any tensor is touched)."""
@@ -76,10 +78,12 @@ def sharding_of(p: Tensor, grad: Tensor, state: dict[str, Any], name: str, who: 
         if not (_is_shard(pl) or isinstance(pl, Replicate)):
             raise ValueError(f"{who}: param {name} has placement {type(pl).__name__} ({pl}); only Shard(d), "
                              "_StridedShard and Replicate() are supported (reduce Partial tensors first)")
-    for key, t in (("grad", grad), *state.items()):
+    items: list[tuple[str, Any]] = [("grad", grad), *state.items()]
+    for key, t in items:
         if not isinstance(t, Tensor) or (t.dim() == 0 and not is_dtensor(t)):
             continue  # per-tensor scalars (step, LAMB16's scales) are plain tensors, equal on every rank
-        if not is_dtensor(t) or not same_mesh(t.device_mesh, p.device_mesh) or t.placements != p.placements:
+        dt: Any = t  # (a DTensor's attributes)
+        if not is_dtensor(dt) or not same_mesh(dt.device_mesh, p.device_mesh) or dt.placements != p.placements:
             what = _describe(t) if is_dtensor(t) else "plain tensor"
             raise ValueError(f"{who}: {key} of param {name} is a {what} but the param is a {_describe(p)}; "
                              "param, grad and optimizer state must be sharded alike")
@@ -90,16 +94,15 @@ def _is_shard(placement: Any) -> bool:
     """A placement that splits the tensor's elements among the ranks of its mesh dimension:
     ``Shard(d)``, or ``_StridedShard`` (not a subclass of ``Shard``)."""
     from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.placement_types import _StridedShard
 
-    return isinstance(placement, (Shard, _StridedShard))
+    return isinstance(placement, (Shard, _private.resolve("_StridedShard")))
 
 
 def same_mesh(a: Any, b: Any) -> bool:
     return a is b or a == b  # (DeviceMesh.__eq__ compares the rank layouts: skip it for the same object)
 
 
-def local(t: Tensor) -> Tensor:
+def local(t: Any) -> Tensor:
     """The local shard of a DTensor (the tensor itself otherwise); in-place
     updates of it update the DTensor."""
     return t.to_local() if is_dtensor(t) else t
@@ -111,16 +114,14 @@ def all_reduce_sum(t: Tensor, sharding: Any) -> Tensor:
     if sharding is not None and not isinstance(sharding, Sharding):
         return sharding.all_reduce_sum(t)
     if sharding is not None:
-        import torch.distributed._functional_collectives as funcol
-
+        funcol = _private.functional_collectives()
         for d in sharding.dims:
             t = _done(funcol.all_reduce(t, "sum", (sharding.mesh, d)))
     return t
 
 
 def _all_gather(t: Tensor, dim: int, group: Any) -> Tensor:
-    import torch.distributed._functional_collectives as funcol
-
+    funcol = _private.functional_collectives()
     # (all_gather_single is all_gather_tensor's new name; older torch has only the old one)
     return (getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor)(t, dim, group)
 
@@ -129,8 +130,7 @@ def _done(t: Tensor) -> Tensor:
     """A functional collective's result as a plain tensor. Eagerly it is an
     AsyncCollectiveTensor, whose Python dispatch would cost every op that reads it;
     traced, it is a plain tensor already (the graph holds the wait)."""
-    import torch.distributed._functional_collectives as funcol
-
+    funcol = _private.functional_collectives()
     return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
 
 

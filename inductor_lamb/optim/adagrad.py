@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from typing_extensions import Unpack
-
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from ..spec import ADAGRAD
 from ._base import Bucket, FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
@@ -84,7 +83,7 @@ class Adagrad(FusedOptimizer):
         if found_inf is not None and bool(found_inf):
             return
         lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
-        masters = bucket.master_params or [None] * len(bucket.params)
+        masters: list[Tensor | None] = list(bucket.master_params) or [None] * len(bucket.params)
         for p, g, s, step, master in zip(bucket.params, bucket.grads, bucket.lists["state_sums"], bucket.lists["steps"],
                                          masters):
             g = g.coalesce()  # duplicate indices summed, as torch's update does

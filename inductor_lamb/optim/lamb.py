@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from typing_extensions import Unpack
-
 from torch import Tensor
+from typing_extensions import Unpack
 
 from ..spec import LAMB
 from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative

@@ -6,9 +6,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from typing_extensions import Unpack
-
 from torch import Tensor
+from typing_extensions import Unpack
 
 from ..spec import LARS
 from ._base import Bucket, FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
@@ -104,7 +103,7 @@ class Lars(FusedOptimizer):
         )
         super().__init__(params, defaults, **options)
 
-    _copied_attributes = (*FusedOptimizer._copied_attributes, "_exclusions")
+    _copied_attributes: tuple[str, ...] = (*FusedOptimizer._copied_attributes, "_exclusions")
 
     def _match_exclusions(self) -> None:
         no_decay, no_adapt = self._exclusions
