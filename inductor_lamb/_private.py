@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
+__all__ = ["SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "strided_shard",
+           "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
            "run_eagerly_as_a_frame",
            "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
            "has_kernel_for", "inductor", "inductor_ir", "inductor_lowering", "inductor_virtualized",
@@ -53,7 +54,7 @@ SYMBOLS: dict[str, tuple[str, str]] = {
     "OpOverload": ("torch._ops:OpOverload", "an op's overload: its schema, its name, the type of a graph's call"),
     # ---- foreach ops (the decomposition's backend, optim/_base.py's clip norm)
     **{f"_foreach_{name}": (f"torch:_foreach_{name}", "the decomposition's list math; the clip's grad norms")
-       for name in ("add", "sub", "mul", "div", "sqrt", "pow", "copy_", "norm")},
+       for name in ("add", "sub", "mul", "div", "sqrt", "pow", "copy_", "norm")},  # (the names of _FOREACH)
     # ---- DTensor and collectives (optim/_sharding.py)
     "functional_collectives": ("torch.distributed._functional_collectives",
                                "traceable all_reduce / all_gather: a compiled sharded step keeps them in its graph"),
@@ -203,18 +204,35 @@ def mark_static_address(t: Any) -> Any:
 # ---- torch.optim, foreach ops, collectives ------------------------------------------------------
 
 
+# (Resolved at import: torch's own import loads their modules, and a traced step reads them,
+# where Dynamo cannot trace an import.)
+_GLOBAL_STEP_HOOKS = (resolve("_global_optimizer_pre_hooks"), resolve("_global_optimizer_post_hooks"))
+_FOREACH = {name: resolve(f"_foreach_{name}") for name in ("add", "sub", "mul", "div", "sqrt", "pow", "copy_", "norm")}
+
+
 def global_step_hooks() -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The step hooks registered for every optimizer (pre, post)."""
-    return resolve("_global_optimizer_pre_hooks"), resolve("_global_optimizer_post_hooks")
+    """The step hooks registered for every optimizer (pre, post): torch's own dicts."""
+    return _GLOBAL_STEP_HOOKS
 
 
 def foreach(name: str) -> Callable[..., Any]:
     """``torch._foreach_<name>``."""
-    return resolve(f"_foreach_{name}")
+    return _FOREACH[name]
 
 
 def functional_collectives() -> Any:
-    return resolve("functional_collectives")
+    """``torch.distributed._functional_collectives`` (an import statement, not :func:`resolve`: a
+    traced sharded step calls this, and Dynamo traces an import statement but not importlib)."""
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol
+
+
+def strided_shard() -> type:
+    """``_StridedShard`` (an import statement, as :func:`functional_collectives`)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return _StridedShard
 
 
 # ---- the dispatcher --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The numerical contract of docs/design.md in plain torch: the spec in code.
+"""The numerical contract of docs/design.md in torch ops: the spec in code.
 
 Runs in the dtype of the tensors it is given; tests give it float64 copies and
 compare every backend against it. Per-tensor loops, no fusion: clarity first.
@@ -106,7 +106,7 @@ def _lamb_reduce(a):
     """LAMB pass 1 (apex FusedLAMB, adam_w_mode=True): steps, m, v updated in place;
     per tensor ||p||^2 and ||u||^2."""
     # Only tensor ops past the found_inf check (no host syncs): the reference also
-    # serves as the "plain torch" baseline that benchmarks run eagerly and under torch.compile.
+    # serves as the torch-ops baseline that benchmarks run eagerly and under torch.compile.
     beta1, beta2 = a.beta1, a.beta2
     beta3 = 1.0 - beta1 if a.grad_averaging else 1.0
     p_sq, u_sq = [], []

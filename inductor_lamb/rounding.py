@@ -163,7 +163,7 @@ def stochastic_round(B: Any, x: Any, hashes: Any, dtype: torch.dtype) -> Any:
 
 class TensorOps:
     """The per-element operations on tensors (int64 holding uint32): the namespace
-    the functions above get when run in plain torch (the decomposition, the reference)."""
+    the functions above get when run as torch ops (the decomposition, the reference)."""
 
     @staticmethod
     def bits(x): return x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
@@ -186,8 +186,8 @@ class TensorOps:
 
 
 class _Tensors:
-    """The backend argument of the functions above for single tensors in plain
-    torch: what the reference (inductor_lamb/reference.py) runs them on."""
+    """The backend argument of the functions above for single tensors as torch
+    ops: what the reference (inductor_lamb/reference.py) runs them on."""
 
     @staticmethod
     def elementwise(fn: Any, inputs: list[Any], dtype: torch.dtype) -> Any:

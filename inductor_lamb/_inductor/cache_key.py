@@ -54,7 +54,7 @@ def call_ops_that_write_nothing(graph: torch.fx.Graph) -> None:
     """A ``lamb`` op whose written lists are all empty (a reduce op on no params) is traced
     as an ``auto_functionalized_v2`` node with no bases, which Inductor's decomposition of it
     turns into a graph it cannot run ("getitem is not an OpOverload", torch 2.13 and 2.14).
-    Such a node writes nothing: it becomes the plain op call."""
+    Such a node writes nothing: it becomes a direct call of the op."""
     af = torch.ops.higher_order.auto_functionalized_v2
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not af or node.kwargs.get("_all_bases"):

@@ -33,7 +33,7 @@ from ._scheduled import (
     check_seed,
     group_device,
     group_dtype,
-    plain_group,
+    group_with_floats,
     static_address,
 )
 
@@ -240,9 +240,9 @@ class FusedOptimizer(CheckpointState):
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
-            plain = plain_group(group, self._layout.scheduled)
+            shown = group_with_floats(group, self._layout.scheduled)
             lines.append(f"Parameter Group {i}")
-            lines += [f"    {key}: {plain[key]}" for key in sorted(plain) if key != "params"]
+            lines += [f"    {key}: {shown[key]}" for key in sorted(shown) if key != "params"]
         return "\n".join(lines) + "\n)"
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -43,7 +43,7 @@ def init_group(opt: Stepped, group: dict[str, Any], index: int, *lists: list[Ten
         for t in opt.state.get(p, {}).values():  # (state made later is like its param)
             if isinstance(t, dtensor):
                 return None
-    buckets = make_buckets(opt, group, index, plain=True)
+    buckets = make_buckets(opt, group, index, unsharded=True)
     if any(len(b.master_params) not in (0, len(b.params)) for b in buckets.values()):
         return None
     flat_lists = opt._layout.flat_lists
@@ -76,9 +76,9 @@ def group_buckets(opt: Stepped, group: dict[str, Any], index: int) -> Buckets:
     return buckets
 
 
-def make_buckets(opt: Stepped, group: dict[str, Any], index: int, plain: bool = False) -> Buckets:
+def make_buckets(opt: Stepped, group: dict[str, Any], index: int, unsharded: bool = False) -> Buckets:
     """Params with a grad, with their state, grouped by (device, dtype, sharding); lists hold
-    local shards of DTensors. Checks every DTensor's layout before anything runs. ``plain``: the
+    local shards of DTensors. Checks every DTensor's layout before anything runs. ``unsharded``: the
     caller found no DTensor and no sparse grad (the per-tensor sharding checks are skipped: the
     eager step's per-param Python)."""
     buckets: Buckets = {}
@@ -99,7 +99,7 @@ def make_buckets(opt: Stepped, group: dict[str, Any], index: int, plain: bool = 
             continue
         state = opt._init_state(p, group)
         param_name = names[i] if names else None
-        if plain:
+        if unsharded:
             bucket((p.device, p.dtype, None)).add(opt._layout.param_tensors(p, state), param_name)
             continue
         if p.grad.is_sparse:
@@ -169,7 +169,7 @@ def _bucket_args(opt: Stepped, group: dict[str, Any], bucket: Bucket, grad_scale
 
 
 def bucket_call(opt: Stepped, group: dict[str, Any], bucket: Bucket) -> tuple[Any, list[Any], dict[str, int]]:
-    """A plain bucket's one op call, for a :class:`~._plan.GroupPlan`: the op, its arguments in
+    """An unsharded bucket's one op call, for a :class:`~._plan.GroupPlan`: the op, its arguments in
     schema order as the op takes them (the per-step values empty), and where the per-step
     arguments sit (grads, grad_scale, found_inf, max_grad_norm)."""
     spec = opt._layout.spec

@@ -20,7 +20,7 @@ __all__ = ["CheckpointState", "param_states"]
 
 
 class _Float8Bits:
-    """A float8 tensor as its bytes: plain ``pickle`` cannot load a float8 tensor (torch's
+    """A float8 tensor as its bytes: ``pickle`` alone cannot load a float8 tensor (torch's
     legacy storage path), so optimizer state travels this way through ``__getstate__``."""
 
     def __init__(self, t: Tensor) -> None:

@@ -30,7 +30,7 @@ class OpFamily:
     """An optimizer's op functions: the one-call step and, for a layer-wise op, its
     reduce and apply phases (``inductor_lamb.ops``) for float32 / bfloat16 /
     float16 params, and the same as float64 reference math
-    (``inductor_lamb.reference``: the equations every kernel follows, in plain
+    (``inductor_lamb.reference``: the equations every kernel follows, in
     torch ops that any device runs and torch.compile fuses) for float64 params,
     which the ops' float32 arithmetic could not match to float64 precision."""
 

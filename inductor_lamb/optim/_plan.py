@@ -20,7 +20,7 @@ Any of these changing rebuilds the plan from scratch (the same code as an unplan
 planned step is the unplanned one, bit for bit. Per step it re-reads the grads (an engine or
 ``zero_grad(set_to_none=True)`` replaces them) and the per-step values (GradScaler's scale and
 inf flag, the clip factor) and runs the calls prepared on the C++ side
-(``torch.classes.lamb.StepPlan``, csrc/common/step_plan.cpp): only the grads and those values
+(``torch.classes.lamb.PreparedCalls``, csrc/common/prepared_calls.cpp): only the grads and those values
 cross from Python, not every list of every call. The prepared calls go through the dispatcher
 as any op call: the kernels' checks, version counters and grad-mode checks are as strict.
 Groups of DTensor, sparse, float64 or engine-partitioned params are not planned. Eager steps
@@ -95,10 +95,10 @@ class GroupPlan:
         self.buckets = buckets
         index = {id(p): i for i, p in enumerate(params)}
         # The op calls, prepared on the C++ side, which keeps their arguments as the dispatcher
-        # takes them (csrc/common/step_plan.cpp): per step only the grads and the per-step values
+        # takes them (csrc/common/prepared_calls.cpp): per step only the grads and the per-step values
         # cross. Every call's C++ checks run first: bad input raises before any op of any group
         # writes anything.
-        self.prepared = torch.classes.lamb.StepPlan(self.params, self.mask)
+        self.prepared = torch.classes.lamb.PreparedCalls(self.params, self.mask)
         self.grads_of: list[Callable[[list[Tensor]], list[Tensor]]] = []  # per bucket, among the group's
         for k, bucket in enumerate(buckets.values()):
             at = [index[id(p)] for p in bucket.params]

@@ -14,7 +14,7 @@ from torch import Tensor
 from .. import _private
 
 __all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
-           "plain_group", "as_floats", "group_device", "group_dtype", "follows"]
+           "group_with_floats", "as_floats", "group_device", "group_dtype", "follows"]
 
 
 def static_address(t: Any) -> Any:
@@ -147,7 +147,7 @@ def follows(value: Tensor, device: torch.device) -> bool:
     return value.dim() == 0 and value.dtype == torch.float32 and value.device == device
 
 
-def plain_group(group: dict[str, Any], keys) -> dict[str, Any]:
+def group_with_floats(group: dict[str, Any], keys) -> dict[str, Any]:
     """The group with its scheduled 0-d tensors as Python floats (state_dict, repr)."""
     return {k: (as_floats(v) if k in keys else v) for k, v in group.items()}
 

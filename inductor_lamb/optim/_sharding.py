@@ -95,7 +95,7 @@ def _is_shard(placement: Any) -> bool:
     ``Shard(d)``, or ``_StridedShard`` (not a subclass of ``Shard``)."""
     from torch.distributed.tensor import Shard
 
-    return isinstance(placement, (Shard, _private.resolve("_StridedShard")))
+    return isinstance(placement, (Shard, _private.strided_shard()))
 
 
 def same_mesh(a: Any, b: Any) -> bool:

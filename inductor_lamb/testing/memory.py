@@ -33,7 +33,7 @@ def torchao_block_size(model: nn.Module, largest: int = 256) -> int:
     for its 4-bit AdamW) that divides every tensor torchao quantizes (those of 4096 elements
     or more). torchao keeps a tensor's state in float32, without a word, when its block does
     not divide it: with the default block, none of a small CNN's tensors may be quantized and
-    the low-bit AdamWs are then plain AdamW."""
+    the low-bit AdamWs are then ordinary AdamW."""
     g = 0
     for p in model.parameters():
         if p.numel() >= 4096:

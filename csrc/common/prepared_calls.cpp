@@ -1,4 +1,4 @@
-// torch.classes.lamb.StepPlan: the op calls of one param group's eager optimizer step, prepared
+// torch.classes.lamb.PreparedCalls: the op calls of one param group's eager optimizer step, prepared
 // once (inductor_lamb/optim/_plan.py) and run every step with that step's grads.
 //
 // An op call from Python converts every list argument, tensor by tensor, into the dispatcher's
@@ -45,12 +45,12 @@ c10::IValue as_schema_type(c10::IValue v, const c10::Argument& arg) {
   return v;
 }
 
-class StepPlan : public torch::CustomClassHolder {
+class PreparedCalls : public torch::CustomClassHolder {
  public:
   // The group's params (their dtype and device as they are now) and which of them have a grad.
-  StepPlan(std::vector<at::Tensor> params, const c10::List<bool>& has_grad)
+  PreparedCalls(std::vector<at::Tensor> params, const c10::List<bool>& has_grad)
       : params_(std::move(params)), has_grad_(has_grad.begin(), has_grad.end()) {
-    TORCH_CHECK(params_.size() == has_grad_.size(), "StepPlan: ", params_.size(), " params but ", has_grad_.size(),
+    TORCH_CHECK(params_.size() == has_grad_.size(), "PreparedCalls: ", params_.size(), " params but ", has_grad_.size(),
                 " grad flags");
     for (const auto& p : params_) {
       dtypes_.push_back(p.scalar_type());
@@ -64,22 +64,22 @@ class StepPlan : public torch::CustomClassHolder {
   void add_call(const std::string& op, std::vector<c10::IValue> args, std::vector<int64_t> grads, int64_t bucket,
                 int64_t grads_slot, int64_t grad_scale_slot, int64_t found_inf_slot, int64_t max_grad_norm_slot) {
     const auto sep = op.find("::");
-    TORCH_CHECK(sep != std::string::npos, "StepPlan: op '", op, "' is not namespace::name");
+    TORCH_CHECK(sep != std::string::npos, "PreparedCalls: op '", op, "' is not namespace::name");
     const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op.c_str(), "");
     const auto& schema = handle.schema().arguments();
-    TORCH_CHECK(args.size() == schema.size(), "StepPlan: ", op, " takes ", schema.size(), " arguments, got ",
+    TORCH_CHECK(args.size() == schema.size(), "PreparedCalls: ", op, " takes ", schema.size(), " arguments, got ",
                 args.size());
     for (size_t i = 0; i < args.size(); ++i) args[i] = as_schema_type(std::move(args[i]), schema[i]);
     // (the per-step slots hold nothing between steps: no grad of the step that made the plan)
     const auto in_range = [&](int64_t slot) { return slot >= -1 && slot < int64_t(args.size()); };
     TORCH_CHECK(grads_slot >= 0 && in_range(grads_slot) && in_range(grad_scale_slot) && in_range(found_inf_slot) &&
                     in_range(max_grad_norm_slot),
-                "StepPlan: a per-step argument position is out of range");
+                "PreparedCalls: a per-step argument position is out of range");
     args[grads_slot] = c10::IValue(c10::List<at::Tensor>());
     if (grad_scale_slot >= 0) args[grad_scale_slot] = c10::IValue();
     if (found_inf_slot >= 0) args[found_inf_slot] = c10::IValue();
     for (const int64_t g : grads)
-      TORCH_CHECK(g >= 0 && g < int64_t(params_.size()) && has_grad_[g], "StepPlan: grad index ", g,
+      TORCH_CHECK(g >= 0 && g < int64_t(params_.size()) && has_grad_[g], "PreparedCalls: grad index ", g,
                   " is not that of a param with a grad");
     calls_.push_back(Call{handle, std::move(args), std::move(grads), bucket, grads_slot, grad_scale_slot,
                           found_inf_slot, max_grad_norm_slot});
@@ -111,7 +111,7 @@ class StepPlan : public torch::CustomClassHolder {
   // max_grad_norm; the grads are released when it returns (or throws).
   void run(std::vector<std::optional<at::Tensor>> grad_scales, std::vector<std::optional<at::Tensor>> found_infs,
            std::vector<double> max_grad_norms) {
-    TORCH_CHECK(bound_.size() == params_.size(), "StepPlan.run: no grads bound (bind() first)");
+    TORCH_CHECK(bound_.size() == params_.size(), "PreparedCalls.run: no grads bound (bind() first)");
     struct Release {
       std::vector<at::Tensor>& bound;
       ~Release() { bound.clear(); }
@@ -119,7 +119,7 @@ class StepPlan : public torch::CustomClassHolder {
     for (const Call& c : calls_) {
       TORCH_CHECK(c.bucket >= 0 && size_t(c.bucket) < grad_scales.size() && size_t(c.bucket) < found_infs.size() &&
                       size_t(c.bucket) < max_grad_norms.size(),
-                  "StepPlan.run: no per-step values for bucket ", c.bucket);
+                  "PreparedCalls.run: no per-step values for bucket ", c.bucket);
       torch::jit::Stack stack(c.args.begin(), c.args.end());
       c10::List<at::Tensor> grads;
       grads.reserve(c.grads.size());
@@ -146,12 +146,12 @@ class StepPlan : public torch::CustomClassHolder {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(lamb, m) {
-  m.class_<StepPlan>("StepPlan")
+  m.class_<PreparedCalls>("PreparedCalls")
       .def(torch::init<std::vector<at::Tensor>, c10::List<bool>>())
-      .def("add_call", &StepPlan::add_call)
-      .def("bind", &StepPlan::bind)
-      .def("run", &StepPlan::run)
-      .def("calls", &StepPlan::calls);
+      .def("add_call", &PreparedCalls::add_call)
+      .def("bind", &PreparedCalls::bind)
+      .def("run", &PreparedCalls::run)
+      .def("calls", &PreparedCalls::calls);
 }
 
 }  // namespace inductor_lamb
