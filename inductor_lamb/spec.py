@@ -119,6 +119,12 @@ class OpSpec:
     apply_op: str = ""
 
     @property
+    def family(self) -> str:
+        """The optimizer the op belongs to (``"lamb"`` for ``lamb_step_`` and its phases): the
+        name of its files (``csrc/common/<family>.h``, ``_inductor/<family>.py``, ...)."""
+        return self.step.removesuffix("_step_")
+
+    @property
     def op(self) -> _private.OpOverload:
         return getattr(torch.ops.lamb, self.name).default
 

@@ -531,8 +531,9 @@ def _replays_a_cuda_graph(fn) -> bool:
 @pytest.mark.parametrize("name", ["Lamb", "Lamb16", "Lars", "Adagrad"])
 def test_reduce_overhead_builds_cuda_graphs(name, recipe):
     """``mode="reduce-overhead"`` builds and replays CUDA graphs (``cudagraph_or_error``: a skip
-    fails) for the whole training step and for ``torch.compile(opt.step)`` beside a compiled
-    model, while a scheduler changes lr every step; the result follows the eager run."""
+    fails; ``slow_path_cudagraph_asserts``: Inductor checks that no memory its graph pool owns is
+    used wrongly) for the whole training step and for ``torch.compile(opt.step)`` beside a
+    compiled model, while a scheduler changes lr every step; the result follows the eager run."""
     from conftest import STEP_OPTIMIZERS
 
     cls, kw = STEP_OPTIMIZERS[name]
@@ -541,7 +542,7 @@ def test_reduce_overhead_builds_cuda_graphs(name, recipe):
     opt_e, opt_c = cls(model_e.parameters(), **kw), cls(model_c.parameters(), **kw)
     scheds = [torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.8) for o in (opt_e, opt_c)]
     torch._dynamo.reset()
-    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}), \
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True, "triton.slow_path_cudagraph_asserts": True}), \
             torch._dynamo.config.patch(trace_autograd_ops=recipe == "whole_step"):
         if recipe == "whole_step":
             compiled = torch.compile(train_step, mode="reduce-overhead", fullgraph=True)
@@ -565,3 +566,208 @@ def test_reduce_overhead_builds_cuda_graphs(name, recipe):
                 s.step()
     for p, q in zip(model_c.parameters(), model_e.parameters()):
         assert ((p - q).norm() / q.norm()).item() <= (1e-4 if cls is Lamb16 else 1e-5)
+
+
+# ---- the tensor tables of captured steps (csrc/common/graph_tables.h) -------------------------
+
+
+def _capture_step(opt, stream=None):
+    """``opt.step()`` captured into a new CUDA graph (after a warm-up step on a side stream)."""
+    stream = stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    return graph
+
+
+def _static_grads(params):
+    out = [torch.zeros_like(p) for p in params]
+    for p, g in zip(params, out):
+        p.grad = g
+    return out
+
+
+@pytest.mark.parametrize("name", list(CUDA_OPTIMIZERS))
+def test_two_captures_replayed_in_reverse_order(name):
+    """Two graphs capture the same optimizer's step (two lists of grads, so two tables); replayed
+    B then A, then A then B, each replay gives the eager step's bits: each graph wrote its own
+    table."""
+    run_e, run_g = _twins(name)
+    grads_a, grads_b = _static_grads(run_g[0]), None
+    gen = torch.Generator().manual_seed(3)
+    for g in grads_a:
+        g.copy_(torch.randn(g.shape, generator=gen).cuda())
+    graph_a = _capture_step(run_g[1])
+    grads_b = _static_grads(run_g[0])
+    for g in grads_b:
+        g.copy_(torch.randn(g.shape, generator=gen).cuda())
+    graph_b = _capture_step(run_g[1])
+    # the eager twin took the same four steps (two warm-ups, two captures run nothing)
+    for grads in (grads_a, grads_b):
+        for p, g in zip(run_e[0], grads):
+            p.grad = g.clone()
+        run_e[1].step()
+    for order in ((graph_b, grads_b, graph_a, grads_a), (graph_a, grads_a, graph_b, grads_b)):
+        for graph, grads in (order[:2], order[2:]):
+            graph.replay()
+            for p, g in zip(run_e[0], grads):
+                p.grad = g.clone()
+            run_e[1].step()
+    torch.cuda.synchronize()
+    _assert_same_run(run_g, run_e)
+
+
+def test_captures_after_many_eager_steps_with_new_grads():
+    """300 eager steps whose grads are new tensors every step (300 tables made and dropped), then
+    a capture: the replay gives the eager bits, and the eager steps left no graph table."""
+    run_e, run_g = _twins("Lamb")
+    gen = torch.Generator().manual_seed(4)
+    before = torch.ops.lamb._graph_table_counts()
+    for _ in range(300):
+        grads = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+        for run in (run_e, run_g):
+            for p, g in zip(run[0], grads):
+                p.grad = g.clone()
+            run[1].step()
+    assert torch.ops.lamb._graph_table_counts() == before
+    static = _static_grads(run_g[0])
+    grads = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+    for s, g in zip(static, grads):
+        s.copy_(g)
+    for p, g in zip(run_e[0], grads):
+        p.grad = g.clone()
+    graph = _capture_step(run_g[1])  # (its warm-up is a step: the eager twin takes two)
+    run_e[1].step()
+    graph.replay()
+    run_e[1].step()
+    torch.cuda.synchronize()
+    _assert_same_run(run_g, run_e)
+
+
+def test_a_hundred_captures_keep_memory_flat():
+    """A graph captured 100 times over, each replacing the last (as Inductor's trees re-record):
+    the graph tables and the device memory stay flat."""
+    params = _cuda_params()
+    opt = CUDA_OPTIMIZERS["Lamb"](params)
+    _static_grads(params)
+    graph = _capture_step(opt)
+    del graph
+    torch.cuda.synchronize()
+    counts, memory = None, None
+    for k in range(100):
+        graph = _capture_step(opt)
+        graph.replay()
+        graph.reset()
+        del graph
+        torch.cuda.synchronize()
+        if k == 10:
+            counts, memory = torch.ops.lamb._graph_table_counts(), torch.cuda.memory_allocated()
+    held, spare, allocated, nbytes = torch.ops.lamb._graph_table_counts()
+    assert allocated <= counts[2] + 1 and nbytes <= counts[3] + 4096, (counts, (held, spare, allocated, nbytes))
+    assert torch.cuda.memory_allocated() <= memory
+
+
+def test_a_failed_capture_then_eager_steps_and_a_new_capture():
+    """A capture that fails (an illegal sync inside it) discards its graph and what it held; eager
+    steps and a new capture then give the eager bits."""
+    run_e, run_g = _twins("Lars")
+    static = _static_grads(run_g[0])
+    gen = torch.Generator().manual_seed(5)
+    stream = torch.cuda.Stream()
+    with pytest.raises(RuntimeError):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            run_g[1].step()
+            torch.cuda.synchronize()  # (not allowed while capturing)
+    torch.cuda.synchronize()
+    # the failed capture may have run nothing or everything: restart both from the same state
+    run_g[1].load_state_dict(run_e[1].state_dict())
+    for p, q in zip(run_g[0], run_e[0]):
+        with torch.no_grad():
+            p.copy_(q)
+    for _ in range(2):
+        grads = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+        for s, p, g in zip(static, run_e[0], grads):
+            s.copy_(g)
+            p.grad = g.clone()
+        run_g[1].step()
+        run_e[1].step()
+    graph = _capture_step(run_g[1])
+    run_e[1].step()
+    graph.replay()
+    run_e[1].step()
+    torch.cuda.synchronize()
+    _assert_same_run(run_g, run_e)
+
+
+def test_concurrent_steps_on_two_threads_and_streams():
+    """Two optimizers stepped at once from two threads, each on its own stream, 50 steps with new
+    grads each: each gives the bits of its eager twin stepped alone."""
+    import threading
+
+    runs = [_twins("Lamb16") for _ in range(2)]
+    grads = [[[torch.randn(p.shape).cuda() for p in run[0][0]] for _ in range(50)] for run in runs]
+    torch.cuda.synchronize()
+    errors = []
+
+    def work(k):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                params, opt = runs[k][1]
+                for gs in grads[k]:
+                    for p, g in zip(params, gs):
+                        p.grad = g
+                    opt.step()
+            stream.synchronize()
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k, run in enumerate(runs):
+        params, opt = run[0]
+        for gs in grads[k]:
+            for p, g in zip(params, gs):
+                p.grad = g
+            opt.step()
+        torch.cuda.synchronize()
+        _assert_same_run(run[1], run[0])
+
+
+def test_load_state_dict_then_a_new_capture():
+    """``load_state_dict`` replaces the state tensors, so a graph captured before writes into the
+    old ones; capturing again (what docs/compile.md asks after a load) follows the loaded state."""
+    run_e, run_g = _twins("Lamb")
+    static = _static_grads(run_g[0])
+    gen = torch.Generator().manual_seed(6)
+
+    def grads():
+        gs = [torch.randn(p.shape, generator=gen).cuda() for p in run_e[0]]
+        for s, p, g in zip(static, run_e[0], gs):
+            s.copy_(g)
+            p.grad = g.clone()
+
+    grads()
+    graph = _capture_step(run_g[1])
+    run_e[1].step()
+    graph.replay()
+    run_e[1].step()
+    saved = copy.deepcopy(run_e[1].state_dict())
+    run_g[1].load_state_dict(saved)
+    graph = _capture_step(run_g[1])
+    run_e[1].step()
+    for _ in range(3):
+        grads()
+        graph.replay()
+        run_e[1].step()
+    torch.cuda.synchronize()
+    _assert_same_run(run_g, run_e)

@@ -94,7 +94,7 @@ def test_flatten_makes_params_views_of_one_buffer():
     assert all(a + sizes[a] == b for a, b in zip(ptrs, ptrs[1:]))  # back to back in one buffer
     nn.functional.mse_loss(model(data(1)[0][0]), data(1)[0][1]).backward()
     opt.fuse_step()
-    assert len(opt._inductor_lamb_fused.buckets) == 1
+    assert len(opt._inductor_lamb_fused.runs) == 1
     assert len(opt._inductor_lamb_fused.shadow.state) == 1  # one flat state for the whole model
 
 
@@ -104,8 +104,8 @@ def test_no_flatten_groups_memory_neighbours_only():
     b = nn.Parameter(storage[60:80].view(20))
     c = nn.Parameter(torch.randn(7))  # elsewhere
     opt = fuse_optimizer(torch.optim.SGD([a, b, c], lr=0.1, momentum=0.9), do_flatten=False)
-    buckets = [bk for _, bk in opt._inductor_lamb_fused.buckets]
-    assert [len(bk.params) for bk in buckets] == [2, 1]
+    runs = [run for _, run in opt._inductor_lamb_fused.runs]
+    assert [len(run.params) for run in runs] == [2, 1]
     assert a.data_ptr() == storage.data_ptr()  # not moved
 
 

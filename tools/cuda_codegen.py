@@ -43,9 +43,10 @@ def _model_launches(opt: object, params: list) -> dict | None:
 
     from inductor_lamb._inductor import cost
 
-    op = getattr(getattr(opt, "_op", None), "name", None)
-    if op is None:
+    layout = getattr(opt, "_layout", None)  # (an inductor_lamb optimizer's: its op's description)
+    if layout is None:
         return None
+    op = layout.spec.name
     device = params[0].device
     splits = lambda n: InductorChoices().reduction_split_factor(device, n, 1, True) > 1  # noqa: E731
     size = opt.max_tensors_per_call

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass1(Launch l, lamb16::
   const float mul = grad_multiplier(l, false);
   const lamb16::Consts k = lamb16::consts(h);
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
-    const Elem e(k, lamb16::beta_scale(h.beta1, *c.t.scalar[0]), lamb16::beta_scale(h.beta2, *c.t.scalar[1]));
+    const Elem e(k, lamb16::beta_scale(h.beta1, *c.t.scalars[0]), lamb16::beta_scale(h.beta2, *c.t.scalars[1]));
     write_partials(l, c.chunk, walk(c, Pass1<P>{{c.t}, e, mul}));
   });
 }
@@ -135,15 +135,15 @@ struct Op {
   static __device__ void coeffs(const Launch& l, const Hyper& h, int32_t i, const Totals<kReductions>& r) {
     const TensorMeta& t = l.tensors[i];
     float* k = l.coeffs + i * kCoeffs;
-    k[kBeta1Scale] = lamb16::beta_scale(h.beta1, *t.scalar[0]);
-    k[kBeta2Scale] = lamb16::beta_scale(h.beta2, *t.scalar[1]);
+    k[kBeta1Scale] = lamb16::beta_scale(h.beta1, *t.scalars[0]);
+    k[kBeta2Scale] = lamb16::beta_scale(h.beta2, *t.scalars[1]);
     k[kStepSize] = lamb16::step_size(h, *l.lr, r.r[0], r.r[1]);
     const float m_scale = lamb16::new_scale(r.r[2], lamb16::kE4M3Max);
     const float v_scale = lamb16::new_scale(r.r[3], lamb16::kE5M2Max);
     k[kInvMScale] = 1.f / m_scale;
     k[kInvVScale] = 1.f / v_scale;
-    *t.scalar[0] = m_scale;
-    *t.scalar[1] = v_scale;
+    *t.scalars[0] = m_scale;
+    *t.scalars[1] = v_scale;
   }
 };
 

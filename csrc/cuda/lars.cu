@@ -1,12 +1,17 @@
 // LARS on CUDA, on the shared math of common/lars.h. reduce: per-chunk partial ||p||^2, ||g||^2, totalled per tensor; apply: per
 // tensor the local lr, then the momentum and param update. Weight decay and layer adaptation are
-// per tensor (TensorMeta::options).
+// per tensor (TensorMeta::per_param, as lars::options_of resolves them).
 #include "cuda/engine.cuh"
 
 namespace inductor_lamb::cuda {
 namespace {
 
 enum { kLocalLr = 0 };
+
+// A tensor's per-param options, as the glue stored them (ops_cuda.cpp, LarsCall).
+__device__ __forceinline__ lars::Options options(const TensorMeta& t) {
+  return {t.per_param[0], t.per_param[1] != 0.0};
+}
 
 __device__ __forceinline__ float grad_mul(const Launch& l, const lars::Hyper& h) {
   return lars::grad_mul(h, grad_multiplier(l, false));
@@ -22,7 +27,7 @@ template <typename P>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) update(Launch l, lars::Hyper h) {
   const float mul = grad_mul(l, h);
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
-    const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(c.t.options.weight_decay), mul,
+    const lars::Elem<float> e(*h.momentum, l.coeffs[c.tensor * kCoeffs + kLocalLr], float(options(c.t).weight_decay), mul,
                               lars::step_size(h, *l.lr));
     // (LARS counts no steps: its params' rounding keys on step 0)
     walk(c, OneStateUpdate<P, lars::Elem<float>>{{c.t}, e, param_round<P>(h.stochastic_rounding, h.seed, 0.f)});
@@ -38,7 +43,7 @@ struct Op {
   template <typename P>
   static constexpr auto pass2() { return update<P>; }
   static __device__ void coeffs(const Launch& l, const Hyper& h, int32_t i, const Totals<kReductions>& r) {
-    l.coeffs[i * kCoeffs + kLocalLr] = lars::local_lr(h, l.tensors[i].options, *l.lr, r.r[0], r.r[1]);
+    l.coeffs[i * kCoeffs + kLocalLr] = lars::local_lr(h, options(l.tensors[i]), *l.lr, r.r[0], r.r[1]);
   }
 };
 

@@ -23,15 +23,16 @@ constexpr int kCoeffs = 8;
 // The variant of a tensor's chunk kernels: its param's dtype and whether it has a master copy.
 constexpr INDUCTOR_LAMB_HD int param_variant(Dtype dtype, bool master) { return int(dtype) + (master ? 3 : 0); }
 
-// One list index of a step (device memory): its pointers and its chunks.
+// One list index of a step (device memory): its pointers and its chunks. Op-neutral: each slot
+// holds what the op's contract (csrc/ops.cpp) puts there, in the contract's order.
 struct TensorMeta {
   void* param;          // Dtype `dtype`
   const void* grad;     // Dtype `dtype`
-  void* state[2];       // optimizer state (float32, or float8 for LAMB16), null if unused
+  void* state[2];       // the op's state lists (float32, or float8), null if unused
   float* master;        // float32 master param, or null
-  float* step;          // 0-d float32 step counter, or null
-  float* scalar[2];     // 0-d float32 per-tensor state (LAMB16 scales), or null
-  lars::Options options;  // LARS's per-tensor weight decay and layer adaptation
+  float* step;          // the 0-d float32 step counter (the contract's "steps"), or null
+  float* scalars[2];    // the op's other 0-d float32 per-tensor state lists (the contract's scalars), or null
+  double per_param[2];  // the op's per-param hyper-parameters (its float[] / bool[] arguments), as its glue resolves them
   int64_t numel;
   int64_t first_chunk;  // its chunks are [first_chunk, first_chunk + num_chunks)
   int32_t num_chunks;

@@ -1,13 +1,10 @@
 // TORCH_LIBRARY_IMPL(lamb, CUDA): argument checks and layouts (device-neutral:
-// csrc/common/), the device-side tensor table, workspaces, and the extern "C"
+// csrc/common/), the tensor table (cuda/tensor_table.h), workspaces, and the extern "C"
 // launchers of the .cu files. Built only when torch has CUDA.
 //
 // No step syncs the host: lr, steps, grad_scale and found_inf are read by the kernels, and
 // the tensor table (pointers, sizes, alignment, chunks) goes up asynchronously from pinned
-// memory, once per distinct list (cached by its bytes): steady-state steps copy nothing, a
-// list first seen inside CUDA graph capture is captured with its copy (TableCache).
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
+// memory ahead of the kernels (a call captured into a CUDA graph: a table the graph owns).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -15,121 +12,27 @@
 
 #include <cmath>
 #include <cstring>
-#include <mutex>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
-#include <unordered_map>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/op_args.h"
-#include "cuda/launch.h"
 #include "cuda/chunk_layout.h"
+#include "cuda/launch.h"
+#include "cuda/tensor_table.h"
 
 namespace inductor_lamb::cuda {
 namespace {
-
-// ---- the device-side tensor table ------------------------------------------------
-
-class TableCache {
- public:
-  // The device copy of `bytes` (TensorMeta[] then ChunkMeta[]) for kernels on `stream`.
-  //
-  // Never a host sync: a new table is written into pinned host memory that its entry owns
-  // and copied with cudaMemcpyAsync on `stream`, ahead of the kernels that read it. Inside
-  // CUDA graph capture that copy is captured too (its source stays unchanged while the entry
-  // lives), so a list first seen while capturing works, and every replay re-copies the same
-  // bytes; an eager call that finds such an entry, whose device copy only a replay writes,
-  // copies it once first. Entries a graph captured are never evicted.
-  const uint8_t* get(const std::string& bytes, const at::Device& device, cudaStream_t stream, const char* op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string key = std::to_string(device.index()) + ":" + bytes;
-    const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-    auto it = entries_.find(key);
-    if (it == entries_.end()) {
-      if (entries_.size() >= kMaxEntries) evict();
-      Entry e;
-      e.size = bytes.size();
-      if (capturing) {
-        // Outside the capture's memory pool (whose blocks CUDA graph trees hand out again
-        // when they switch paths), as torch's allocator grows a pool while capturing: a raw
-        // allocation under relaxed capture mode, kept for the life of the process.
-        c10::cuda::CUDAStreamCaptureModeGuard relaxed{cudaStreamCaptureModeRelaxed};
-        check(cudaMallocHost(&e.host, e.size), op);
-        check(cudaMalloc(&e.device, e.size), op);
-      } else {
-        e.host_tensor = at::empty({static_cast<int64_t>(e.size)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-        e.device_tensor = at::empty({static_cast<int64_t>(e.size)}, at::TensorOptions().dtype(at::kByte).device(device));
-        e.host = e.host_tensor.data_ptr();
-        e.device = e.device_tensor.data_ptr();
-      }
-      std::memcpy(e.host, bytes.data(), e.size);
-      it = entries_.emplace(key, std::move(e)).first;
-      upload(it->second, stream, capturing, op);
-    } else if (it->second.filled_by_replay && !capturing) {
-      upload(it->second, stream, false, op);
-    } else if (!capturing && it->second.stream != stream) {
-      // (another stream: after the upload, and the device copy kept for its kernels)
-      if (it->second.uploaded != nullptr) check(cudaStreamWaitEvent(stream, it->second.uploaded, 0), op);
-      if (it->second.device_tensor.defined())
-        c10::cuda::CUDACachingAllocator::recordStream(it->second.device_tensor.storage().data_ptr(),
-                                                      c10::cuda::getStreamFromExternal(stream, device.index()));
-    }
-    if (capturing) it->second.captured = true;
-    return static_cast<const uint8_t*>(it->second.device);
-  }
-
- private:
-  struct Entry {
-    size_t size = 0;
-    void* host = nullptr;    // pinned, unchanged while the entry lives (a captured copy reads it)
-    void* device = nullptr;
-    at::Tensor host_tensor, device_tensor;  // owners of an eager entry's memory (else raw, never freed)
-    cudaStream_t stream = nullptr;
-    cudaEvent_t uploaded = nullptr;  // recorded after an eager copy (eviction waits for it)
-    bool captured = false, filled_by_replay = false;
-  };
-  static constexpr size_t kMaxEntries = 256;
-
-  static void check(cudaError_t err, const char* op) {
-    TORCH_CHECK(err == cudaSuccess, op, ": CUDA error while uploading the tensor table: ", cudaGetErrorString(err));
-  }
-  static void upload(Entry& e, cudaStream_t stream, bool capturing, const char* op) {
-    check(cudaMemcpyAsync(e.device, e.host, e.size, cudaMemcpyHostToDevice, stream), op);
-    e.stream = stream;
-    e.filled_by_replay = capturing;
-    if (!capturing) {
-      if (e.uploaded == nullptr) check(cudaEventCreateWithFlags(&e.uploaded, cudaEventDisableTiming), op);
-      check(cudaEventRecord(e.uploaded, stream), op);
-    }
-  }
-  // Drops the entries no graph captured whose copy is done (a pending one stays: its pinned
-  // source must outlive the copy).
-  void evict() {
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      Entry& e = it->second;
-      const bool done = e.uploaded == nullptr || cudaEventQuery(e.uploaded) == cudaSuccess;
-      if (e.captured || !done) {
-        ++it;
-        continue;
-      }
-      if (e.uploaded != nullptr) cudaEventDestroy(e.uploaded);
-      it = entries_.erase(it);
-    }
-    (void)cudaGetLastError();  // (a query of a pending event leaves cudaErrorNotReady behind)
-  }
-  std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;
-};
-
-TableCache& table_cache() {
-  static TableCache cache;
-  return cache;
-}
 
 // Fills the chunk fields of `tensors`, uploads (or finds) the table, allocates the
 // workspace and returns the launch description on the current stream.
 struct PreparedLaunch {
   Launch launch;
-  at::Tensor workspace, inv_grad_scale;
+  at::Tensor table, workspace, inv_grad_scale;  // (what the call's kernels read, kept until they are enqueued)
 };
 
 PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& device, const at::Tensor& lr,
@@ -150,9 +53,11 @@ PreparedLaunch prepare(std::vector<TensorMeta>& tensors, const at::Device& devic
   std::memcpy(bytes.data(), tensors.data(), tensors.size() * sizeof(TensorMeta));
   std::memcpy(bytes.data() + tensors.size() * sizeof(TensorMeta), chunks.data(), chunks.size() * sizeof(ChunkMeta));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  const uint8_t* table = table_cache().get(bytes, device, stream, op);
+  DeviceTable uploaded = upload_table(bytes, device, op);
+  const uint8_t* table = uploaded.data;
 
   PreparedLaunch out;
+  out.table = std::move(uploaded.owner);
   const int64_t nt = static_cast<int64_t>(tensors.size()), nc = static_cast<int64_t>(chunks.size());
   out.workspace = at::empty({nc * kPartials + nt * kCoeffs + kPartials}, at::TensorOptions().dtype(at::kFloat).device(device));
   float* ws = out.workspace.data_ptr<float>();
@@ -185,63 +90,81 @@ void check_launch(int err, const char* op) {
   TORCH_CHECK(err == 0, op, ": CUDA launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-// Everything an op does once its arguments are checked (check_call): device
-// guard, layouts (TensorRows), the Hyper the launchers take, the tensor table,
-// workspace, launches and write-back; fill(i, meta) adds the op's own per-tensor
-// pointers and options.
+// A family's launchers: its two phases and their one-call form, or (reduce and apply null) the one
+// launcher of an element-wise op.
+template <typename Hyper>
+struct Launchers {
+  using Fn = int (*)(const Launch*, const Hyper*);
+  Fn reduce, apply, step;
+};
+
+// Whether a Hyper clips grads by their global norm (LAMB's max_grad_norm): its launchers then
+// launch the clip's kernels too.
+template <typename H, typename = void>
+struct Clips : std::false_type {};
+template <typename H>
+struct Clips<H, std::void_t<decltype(std::declval<H&>().max_grad_norm)>> : std::true_type {};
+
+// Everything an op does once its arguments are checked (check_call): device guard, layouts
+// (TensorRows), the Hyper the launchers take, the tensor table, workspace, launches and
+// write-back. The table's slots come from the op's contract (its state lists, steps, per-tensor
+// scalar lists); `per_param` adds the op's per-param hyper-parameters, where it has any.
 template <typename Hyper>
 class CudaCall {
  public:
-  using Launcher = int (*)(const Launch*, const Hyper*);
-  // A two-phase op: its launchers (reduce, apply, the one-call step), reduction columns, and the
-  // state lists each phase writes (bit k: state list k; apply also writes the params).
-  struct Phases {
-    Launcher reduce, apply, step;
-    int64_t k;
-    unsigned reduce_writes, apply_writes;
+  using PerParam = void (*)(const OpArgs&, size_t, double*);
+  // What each phase writes: bit k state list k (apply also writes the params).
+  struct Writes {
+    unsigned reduce, apply;
   };
 
-  // `num_states` state lists come first in the checked lists, then the master params if given.
-  template <typename Fill>
-  CudaCall(const OpArgs& a, int num_states, Hyper (*hyper_of)(const OpArgs&), const Fill& fill, Phases phases = {})
-      : CudaCall(a, check_call(a, a.device()), num_states, hyper_of, fill, phases) {}
+  CudaCall(const OpArgs& a, Hyper (*hyper_of)(const OpArgs&), Launchers<Hyper> launchers, Writes writes = {},
+           PerParam per_param = nullptr)
+      : CudaCall(a, check_call(a, a.device()), hyper_of, launchers, writes, per_param) {}
 
   // Pass 1: the reductions (zeros on a skipped step, written by the launches).
   at::Tensor reduce() {
-    at::Tensor r = at::empty({static_cast<int64_t>(rows_.size()), phases_.k}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    const int64_t k = static_cast<int64_t>(a_contract_->reductions.size());
+    at::Tensor r = at::empty({static_cast<int64_t>(rows_.size()), k}, at::TensorOptions().dtype(at::kFloat).device(device_));
     prepared_.launch.reductions = r.data_ptr<float>();
-    run(phases_.reduce);
-    rows_.commit(false, phases_.reduce_writes, master_);
+    run(launchers_.reduce);
+    rows_.commit(false, writes_.reduce, master_);
     return r;
   }
   // Pass 2 from the reductions (check_call checked them).
   void apply(const at::Tensor& reductions) {
     const at::Tensor r = reductions.contiguous();
     prepared_.launch.reductions = r.data_ptr<float>();
-    run(phases_.apply);
-    rows_.commit(true, phases_.apply_writes, master_);
+    run(launchers_.apply);
+    rows_.commit(true, writes_.apply, master_);
   }
-  // The one-call form of a two-phase op: the same kernels and bits, the per-tensor work of
-  // both phases in one launch.
+  // The one call: of a two-phase op, the same kernels and bits as reduce then apply, the
+  // per-tensor work of both in one launch; of an element-wise op, everything it wrote.
   void step() {
-    run(phases_.step);
-    rows_.commit(true, phases_.reduce_writes | phases_.apply_writes, master_);
-  }
-  // A one-launcher op: everything it wrote is written back.
-  void step(Launcher fn) {
-    run(fn);
-    rows_.commit();
+    run(launchers_.step);
+    if (launchers_.reduce == nullptr) rows_.commit();
+    else rows_.commit(true, writes_.reduce | writes_.apply, master_);
   }
 
  private:
-  template <typename Fill>
-  CudaCall(const OpArgs& a, std::vector<StateList> lists, int num_states, Hyper (*hyper_of)(const OpArgs&),
-           const Fill& fill, Phases phases)
+  CudaCall(const OpArgs& a, std::vector<StateList> lists, Hyper (*hyper_of)(const OpArgs&), Launchers<Hyper> launchers,
+           Writes writes, PerParam per_param)
       : op_(a.op()), device_(a.device()), guard_(device_), rows_(a.list("params"), a.list("grads"), lists),
-        hyper_(hyper_of(a)), master_(a.optional_list("master_params").has_value() ? num_states : -1), phases_(phases) {
+        hyper_(hyper_of(a)), a_contract_(&a.contract()),
+        master_(a.optional_list("master_params").has_value() ? static_cast<int>(a.contract().states.size()) : -1),
+        launchers_(launchers), writes_(writes) {
     const at::TensorList params = a.list("params");
+    const int num_states = static_cast<int>(a.contract().states.size());
     const bool has_master = master_ >= 0;
     if (params.empty()) return;
+    // the contract's per-tensor scalar lists: its step counts, and the others in order
+    std::optional<at::TensorList> steps;
+    std::vector<at::TensorList> scalars;
+    for (const char* name : a.contract().scalars) {
+      if (std::string(name) == "steps") steps = a.list(name);
+      else scalars.push_back(a.list(name));
+    }
+    TORCH_INTERNAL_ASSERT(num_states <= 2 && scalars.size() <= 2, op_, ": more lists than a TensorMeta holds");
     std::vector<TensorMeta> tensors(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
       TensorMeta& t = tensors[i];
@@ -250,6 +173,9 @@ class CudaCall {
       t.grad = rows_.grad(i);
       for (int k = 0; k < num_states; ++k) t.state[k] = rows_.state(i, k);
       t.master = has_master ? rows_.floats(i, num_states) : nullptr;
+      t.step = steps.has_value() ? (*steps)[i].data_ptr<float>() : nullptr;
+      for (size_t k = 0; k < scalars.size(); ++k) t.scalars[k] = scalars[k][i].data_ptr<float>();
+      if (per_param != nullptr) per_param(a, i, t.per_param);
       t.numel = rows_.numels()[i];
       t.dtype = rows_.dtypes()[i];
       // The first element at which every stream is 16-byte aligned (chunk_layout.h).
@@ -261,12 +187,11 @@ class CudaCall {
         sizes[3 + k] = element_size(lists[k].dtype);
       }
       t.head = tensor_head(addrs, sizes, 3 + num_states);
-      fill(i, t);
     }
     prepared_ = prepare(tensors, device_, a.tensor("lr"), a.optional_tensor("grad_scale"), a.optional_tensor("found_inf"), op_);
   }
 
-  void run(Launcher fn) {
+  void run(typename Launchers<Hyper>::Fn fn) {
     if (rows_.size() > 0) check_launch(fn(&prepared_.launch, &hyper_), op_);
   }
 
@@ -275,77 +200,83 @@ class CudaCall {
   c10::cuda::CUDAGuard guard_;
   TensorRows rows_;
   Hyper hyper_;
+  const Contract* a_contract_;
   int master_;
-  Phases phases_;
+  Launchers<Hyper> launchers_;
+  Writes writes_;
   PreparedLaunch prepared_{};
 };
 
 // ---- the ops ---------------------------------------------------------------------------
-// Each layer-wise op comes as one call and as its two phases (the same kernels:
-// the one-call op is reduce then apply, bit for bit). A call class is its
-// CudaCall with the op's per-tensor table entries and phases.
+// A family's call class: its CudaCall with its Hyper, launchers, what each phase writes and,
+// for LARS, its per-param options. Each layer-wise op comes as one call and as its two phases
+// (the same kernels: the one-call op is reduce then apply, bit for bit).
 
 struct LambCall : CudaCall<lamb::Hyper> {
-  explicit LambCall(const OpArgs& a)
-      : CudaCall(a, 2, &lamb::hyper_of<OpArgs>,
-                 [steps = a.list("steps")](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); },
-                 {inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply, inductor_lamb_cuda_lamb_step,
-                  lamb::kReductions, 0b11u, 0u}) {}
+  static constexpr Launchers<lamb::Hyper> kLaunchers{inductor_lamb_cuda_lamb_reduce, inductor_lamb_cuda_lamb_apply,
+                                                     inductor_lamb_cuda_lamb_step};
+  explicit LambCall(const OpArgs& a) : CudaCall(a, &lamb::hyper_of<OpArgs>, kLaunchers, {0b11u, 0u}) {}
 };
 
 struct Lamb16Call : CudaCall<lamb16::Hyper> {
-  explicit Lamb16Call(const OpArgs& a)
-      : CudaCall(a, 2, &lamb16::hyper_of<OpArgs>,
-                 [&a](size_t i, TensorMeta& t) {
-                   t.step = a.list("steps")[i].data_ptr<float>();
-                   t.scalar[0] = a.list("exp_avg_scales")[i].data_ptr<float>();
-                   t.scalar[1] = a.list("exp_avg_sq_scales")[i].data_ptr<float>();
-                 },
-                 // reduce writes only the steps (never copied); apply the params, m8, v8 and scales
-                 {inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, inductor_lamb_cuda_lamb16_step,
-                  lamb16::kReductions, 0u, 0b11u}) {}
+  static constexpr Launchers<lamb16::Hyper> kLaunchers{
+      inductor_lamb_cuda_lamb16_reduce, inductor_lamb_cuda_lamb16_apply, inductor_lamb_cuda_lamb16_step};
+  // reduce writes only the steps (never copied); apply the params, m8, v8 and scales
+  explicit Lamb16Call(const OpArgs& a) : CudaCall(a, &lamb16::hyper_of<OpArgs>, kLaunchers, {0u, 0b11u}) {}
 };
 
 struct LarsCall : CudaCall<lars::Hyper> {
-  explicit LarsCall(const OpArgs& a)
-      : CudaCall(a, 1, &lars::hyper_of<OpArgs>, [&a](size_t i, TensorMeta& t) { t.options = lars::options_of(a, i); },
-                 {inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply, inductor_lamb_cuda_lars_step,
-                  lars::kReductions, 0u, 0b1u}) {}
+  static constexpr Launchers<lars::Hyper> kLaunchers{inductor_lamb_cuda_lars_reduce, inductor_lamb_cuda_lars_apply,
+                                                     inductor_lamb_cuda_lars_step};
+  static void per_param(const OpArgs& a, size_t i, double* out) {
+    const lars::Options o = lars::options_of(a, i);
+    out[0] = o.weight_decay;
+    out[1] = o.layer_adaptation ? 1.0 : 0.0;
+  }
+  explicit LarsCall(const OpArgs& a) : CudaCall(a, &lars::hyper_of<OpArgs>, kLaunchers, {0u, 0b1u}, &per_param) {}
 };
 
 struct AdagradCall : CudaCall<adagrad::Hyper> {
-  explicit AdagradCall(const OpArgs& a)
-      : CudaCall(a, 1, &adagrad::hyper_of<OpArgs>,
-                 [steps = a.list("steps")](size_t i, TensorMeta& t) { t.step = steps[i].data_ptr<float>(); }) {}
-  void step() { CudaCall::step(inductor_lamb_cuda_adagrad_step); }
+  static constexpr Launchers<adagrad::Hyper> kLaunchers{nullptr, nullptr, inductor_lamb_cuda_adagrad_step};
+  explicit AdagradCall(const OpArgs& a) : CudaCall(a, &adagrad::hyper_of<OpArgs>, kLaunchers) {}
 };
 
-// The kernels one call of `op` launches on a list of one float32 tensor (clipped: LAMB with
-// max_grad_norm > 0), counted by running its launchers with Launch::count set: nothing is
-// launched and no device is needed. What torch.compile's launch model reads (_inductor/cost.py).
+// ---- launch counts ---------------------------------------------------------------------
+// The kernels one call of an op launches on a list of one float32 tensor (clipped: with
+// max_grad_norm > 0, where its Hyper has one), counted by running its launcher with
+// Launch::count set: nothing is launched and no device is needed. What torch.compile's launch
+// model reads (_inductor/cost.py), for every op a family registers.
+
+std::map<std::string, std::function<int64_t(bool)>>& launch_counters() {
+  static std::map<std::string, std::function<int64_t(bool)>> counters;
+  return counters;
+}
+
+template <typename Call, typename Hyper>
+void register_cuda_family(torch::Library& m, const char* step_op) {
+  register_family<Call>(m, step_op);
+  const Contract& c = contract_of(step_op);
+  const Launchers<Hyper> l = Call::kLaunchers;
+  for (auto [op, fn] : {std::pair{c.step, l.step}, std::pair{c.reduce, l.reduce}, std::pair{c.apply, l.apply}}) {
+    if (op == nullptr) continue;
+    launch_counters()[op] = [fn = fn](bool clipped) -> int64_t {
+      int n = 0;
+      Launch launch{};
+      launch.num_tensors = launch.num_chunks = 1;
+      launch.variants = 1u << param_variant(Dtype::Float, false);
+      launch.count = &n;
+      Hyper h{};
+      if constexpr (Clips<Hyper>::value) h.max_grad_norm = clipped ? 1.0 : 0.0;
+      fn(&launch, &h);
+      return n;
+    };
+  }
+}
+
 int64_t launch_count(const std::string& op, bool clipped) {
-  int n = 0;
-  Launch l{};
-  l.num_tensors = l.num_chunks = 1;
-  l.variants = 1u << param_variant(Dtype::Float, false);
-  l.count = &n;
-  lamb::Hyper lamb_h{};
-  lamb_h.max_grad_norm = clipped ? 1.0 : 0.0;
-  const lamb16::Hyper lamb16_h{};
-  const lars::Hyper lars_h{};
-  const adagrad::Hyper adagrad_h{};
-  if (op == "lamb_step_") inductor_lamb_cuda_lamb_step(&l, &lamb_h);
-  else if (op == "lamb_reduce_") inductor_lamb_cuda_lamb_reduce(&l, &lamb_h);
-  else if (op == "lamb_apply_") inductor_lamb_cuda_lamb_apply(&l, &lamb_h);
-  else if (op == "lamb16_step_") inductor_lamb_cuda_lamb16_step(&l, &lamb16_h);
-  else if (op == "lamb16_reduce_") inductor_lamb_cuda_lamb16_reduce(&l, &lamb16_h);
-  else if (op == "lamb16_apply_") inductor_lamb_cuda_lamb16_apply(&l, &lamb16_h);
-  else if (op == "lars_step_") inductor_lamb_cuda_lars_step(&l, &lars_h);
-  else if (op == "lars_reduce") inductor_lamb_cuda_lars_reduce(&l, &lars_h);
-  else if (op == "lars_apply_") inductor_lamb_cuda_lars_apply(&l, &lars_h);
-  else if (op == "adagrad_step_") inductor_lamb_cuda_adagrad_step(&l, &adagrad_h);
-  else TORCH_CHECK(false, "_cuda_launches: unknown op '", op, "'");
-  return n;
+  auto it = launch_counters().find(op);
+  TORCH_CHECK(it != launch_counters().end(), "_cuda_launches: unknown op '", op, "'");
+  return it->second(clipped);
 }
 
 }  // namespace
@@ -355,10 +286,10 @@ TORCH_LIBRARY_FRAGMENT(lamb, m) {
 }
 
 TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
-  register_family<LambCall>(m, "lamb_step_");
-  register_family<Lamb16Call>(m, "lamb16_step_");
-  register_family<LarsCall>(m, "lars_step_");
-  register_family<AdagradCall>(m, "adagrad_step_");
+  register_cuda_family<LambCall, lamb::Hyper>(m, "lamb_step_");
+  register_cuda_family<Lamb16Call, lamb16::Hyper>(m, "lamb16_step_");
+  register_cuda_family<LarsCall, lars::Hyper>(m, "lars_step_");
+  register_cuda_family<AdagradCall, adagrad::Hyper>(m, "adagrad_step_");
 }
 
 }  // namespace inductor_lamb::cuda

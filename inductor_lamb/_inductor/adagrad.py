@@ -7,6 +7,12 @@ from types import SimpleNamespace
 from .backend import Backend
 from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
+# The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
+# element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
+# what the launch model of cost.py adds to the reductions' kernels. tests/test_cuda_codegen.py
+# checks it against the code generated for a described H100.
+GROUPED_LAUNCHES = 2
+
 
 def adagrad_step(B: Backend, a: SimpleNamespace) -> None:
     if not a.params:

@@ -14,6 +14,12 @@ from typing import Any
 from .backend import Backend
 from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
 
+# The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
+# element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
+# what the launch model of cost.py adds to the reductions' kernels. tests/test_cuda_codegen.py
+# checks it against the code generated for a described H100.
+GROUPED_LAUNCHES = 6
+
 
 def _step_scalars(B: Backend, a: SimpleNamespace, t: list[Any]) -> SimpleNamespace:
     """The per-tensor scalars of both passes at steps ``t``: 1 - beta1, 1 - beta2 and

@@ -26,6 +26,12 @@ _FLT_MIN = torch.finfo(torch.float32).tiny
 _M_MAX = FP8_MAX[torch.float8_e4m3fn]
 _V_MAX = FP8_MAX[torch.float8_e5m2]
 
+# The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
+# element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
+# what the launch model of cost.py adds to the reductions' kernels. tests/test_cuda_codegen.py
+# checks it against the code generated for a described H100.
+GROUPED_LAUNCHES = 8
+
 
 def _scalars(B: Backend, a: SimpleNamespace) -> SimpleNamespace:
     """beta * the old scale and 1 - beta of both moments, one buffer per tensor

@@ -9,6 +9,12 @@ from typing import Any
 from .backend import Backend
 from .step_parts import assign_params, master_or_params, param_rounding, scaled_grads
 
+# The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
+# element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
+# what the launch model of cost.py adds to the reductions' kernels. tests/test_cuda_codegen.py
+# checks it against the code generated for a described H100.
+GROUPED_LAUNCHES = 2
+
 
 def per_param(values, n: int, if_empty):
     """A per-parameter option given as no value, one value, or one per param."""

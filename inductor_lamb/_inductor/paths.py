@@ -4,6 +4,7 @@ with the fallback chain, ``set_compile_path`` / ``compile_path`` and the
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from collections.abc import Callable
@@ -28,25 +29,32 @@ OPS = tuple(SPECS)
 _state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}, "pending": None}
 
 
+def lowering_module(op: str) -> Any:
+    """The module of ``op``'s family's step in the backend vocabulary (``_inductor/<family>.py``):
+    its functions are named as the ops' reference functions (:attr:`~inductor_lamb.spec.OpSpec.reference`),
+    and its
+    ``GROUPED_LAUNCHES`` is what the CUDA launch model reads (``cost.py``)."""
+    return importlib.import_module(f"{__package__}.{SPECS[op].family}")
+
+
 def _step_functions() -> dict[str, Callable[..., Any]]:
     """Per op name, ``f(B, a)``: the op's math on backend ``B`` with bound arguments
     ``a``; a reduce op's returns its packed reductions. Layer-wise ops are written
-    as two phases; their one-call step is reduce then apply."""
-    from . import adagrad, lamb, lamb16, lars
-
-    phases = {"lamb_step_": (lamb.lamb_reduce, lamb.lamb_apply),
-              "lamb16_step_": (lamb16.lamb16_reduce, lamb16.lamb16_apply),
-              "lars_step_": (lars.lars_reduce, lars.lars_apply)}
-    out: dict[str, Callable[..., Any]] = {"adagrad_step_": adagrad.adagrad_step}
+    as two phases, found by their ops' names; their one-call step is reduce then apply."""
+    out: dict[str, Callable[..., Any]] = {}
     for spec in SPECS.values():
-        if spec.phase == "step" and spec.name in phases:
-            reduce, apply = phases[spec.name]
+        module = lowering_module(spec.name)
+        if not spec.reduce_op:
+            out[spec.name] = getattr(module, spec.reference)
+            continue
+        reduce = getattr(module, SPECS[spec.reduce_op].reference)
+        apply = getattr(module, SPECS[spec.apply_op].reference)
+        k = len(spec.reductions)
+        if spec.phase == "step":
             out[spec.name] = lambda B, a, reduce=reduce, apply=apply: (apply(B, a, reduce(B, a)) if a.params else None)
         elif spec.phase == "reduce":
-            reduce, k = phases[spec.step][0], len(spec.reductions)
             out[spec.name] = lambda B, a, reduce=reduce, k=k: B.pack(reduce(B, a) if a.params else [], B.item(a.lr, 0), k)
-        elif spec.phase == "apply":
-            apply, k = phases[spec.step][1], len(spec.reductions)
+        else:
             out[spec.name] = lambda B, a, apply=apply, k=k: (apply(B, a, B.unpack(a.reductions, k)) if a.params
                                                             else None)
     return out
