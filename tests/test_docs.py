@@ -52,3 +52,48 @@ def test_slugs():
     assert slug("bfloat16 params without master copies") == "bfloat16-params-without-master-copies"
     assert slug("Two-phase form (sharded params)") == "two-phase-form-sharded-params"
     assert slug("Lightning and HF Trainer") == "lightning-and-hf-trainer"
+
+
+# ---- each fact has one owner: figures live in RESULTS.md, cited by heading ----------------------
+
+SOURCES = [p for p in sorted(ROOT.rglob("*")) if p.is_file() and p.suffix in (".py", ".md", ".h", ".cpp", ".cu", ".cuh", ".sh")
+           and not any(part in (".git", "build", "__pycache__") or part.endswith(".egg-info") for part in p.parts)
+           and p.name != "RESULTS.md" and p != Path(__file__)]
+# `RESULTS.md`, "Heading" (or docs/decisions.md, "A decision's title"): the quoted text is a heading
+# of RESULTS.md / design.md, or the bold title a decision starts with
+_CITATION = re.compile(r"(RESULTS|decisions|design)\.md`?\)?,\s*\"([A-Za-z][^\"]*)\"")
+
+
+def titles(page: str) -> set[str]:
+    text = (ROOT / page).read_text()
+    out = {line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")}
+    out |= set(re.findall(r"^- \*\*(.+?)\*\*", text, flags=re.M))  # (a decision's or design item's title)
+    out = {t.rstrip(".") for t in out}
+    # (also cited by the part before a colon or a parenthesis: "Compiled recipes" for "Compiled recipes (CPU)")
+    return out | {t.split(":")[0].strip() for t in out} | {t.split(" (")[0].strip() for t in out}
+
+
+CITED = {"RESULTS": "benchmarks/RESULTS.md", "decisions": "docs/decisions.md", "design": "docs/design.md"}
+
+
+def test_every_cited_heading_exists() -> None:
+    known = {k: titles(v) for k, v in CITED.items()}
+    missing = []
+    for path in SOURCES:
+        for page, heading in _CITATION.findall(path.read_text(errors="replace")):
+            heading = re.sub(r"\s+(?:#|//)?\s*", " ", heading).strip()  # (a citation across comment lines)
+            if heading.rstrip(".") not in known[page]:
+                missing.append(f"{path.relative_to(ROOT)}: {CITED[page]}, \"{heading}\"")
+    assert not missing, "citations of headings that do not exist:\n" + "\n".join(missing)
+
+
+def test_code_cites_results_by_heading() -> None:
+    """Code never carries a figure of RESULTS.md: where it points there, it names the heading."""
+    bare = []
+    for path in SOURCES:
+        if path.suffix == ".md" or path.parts[len(ROOT.parts)] == "benchmarks":  # (benchmarks write RESULTS.md)
+            continue
+        for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if "RESULTS.md" in line and not _CITATION.search(line) and "RESULTS.md`, \"" not in line:
+                bare.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bare, "code that points at RESULTS.md without a heading:\n" + "\n".join(bare)

@@ -84,10 +84,10 @@ def test_a_larger_list_takes_a_table_that_holds_it():
     assert p.counts()[BYTES] == 4096 + 16384
 
 
-@pytest.mark.parametrize("what", ["alloc_device", "alloc_host", "copy_to_device", "give_to_graph"])
-def test_a_failed_upload_leaves_no_table_behind(what):
-    """An upload that fails raises (naming it), counts no table as held, and leaves what it took
-    for the next capture, which then works and is the only graph's table."""
+@pytest.mark.parametrize("what", ["alloc_device", "alloc_host", "give_to_graph"])
+def test_a_failure_before_the_graph_holds_the_table_gives_it_back(what):
+    """A failure before the graph holds its table raises (naming it), counts no table as held, and
+    leaves what it took for the next capture, which then works and is that graph's only table."""
     p = probe()
     p.capture_graph(1)
     p.fail_next(what)
@@ -98,6 +98,39 @@ def test_a_failed_upload_leaves_no_table_behind(what):
     assert p.read(t, 200) == [5] * 200
     held, spare, allocated, _, _ = p.counts()
     assert (held, spare, allocated) == (1, 0, 1)
+
+
+def test_a_failed_copy_leaves_the_table_with_its_graph():
+    """The graph takes its table before the copy into it is captured: a copy that fails leaves the
+    table with that (broken) graph, never to another capture, until the graph is destroyed."""
+    p = probe()
+    p.capture_graph(1)
+    p.fail_next("copy_to_device")
+    with pytest.raises(RuntimeError, match="scripted failure of copy_to_device"):
+        p.table(200, 1)
+    assert p.counts()[:3] == [1, 0, 1]
+    p.capture_graph(2)
+    t = p.table(200, 2)  # a table of its own
+    assert p.counts()[:3] == [2, 0, 2]
+    p.capture_graph(-1)
+    p.destroy_graph(1)
+    p.capture_graph(3)
+    assert p.table(200, 3) != t and p.read(t, 200) == [2] * 200
+
+
+def test_a_table_goes_only_to_captures_on_its_device():
+    p = probe()
+    p.capture_graph(1)
+    a = p.table(100, 1)
+    p.capture_graph(-1)
+    p.destroy_graph(1)
+    p.set_device(1)
+    p.capture_graph(2)
+    b = p.table(100, 2)  # device 1: not device 0's spare table
+    assert b != a and p.counts()[:3] == [1, 1, 2]
+    p.set_device(0)
+    p.capture_graph(3)
+    assert p.table(100, 3) == a
 
 
 def test_only_a_capture_makes_graph_tables():

@@ -148,7 +148,7 @@ def test_rounding_ignores_position():
 def test_stored_second_moment_does_not_drift(seed):
     """The heavy-tailed stream of inductor_lamb.testing.accuracy (262144 elements, 300 steps from zero state): with
     stochastic rounding the sum of the stored v stays within 3% of the exact EMA's,
-    where rounding to nearest drifts by 20-40% (measured: benchmarks/RESULTS.md);
+    where rounding to nearest drifts far more (benchmarks/RESULTS.md, "LAMB16: accuracy of the stored moments");
     the L2 errors stay below the measured 23% (v) and 9% (m) plus a margin."""
     sr = track(262144, 300, seed, stochastic=True)
     nearest = track(262144, 300, seed, stochastic=False)

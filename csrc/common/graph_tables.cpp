@@ -18,10 +18,13 @@ GraphTables::Table* GraphTables::take(TableRuntime& rt, size_t size) {
   Table* t = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // the smallest spare table that holds `size` bytes
+    // the smallest spare table on this device that holds `size` bytes
+    const int device = rt.device();
     auto best = spare_.end();
     for (auto it = spare_.begin(); it != spare_.end(); ++it)
-      if ((*it)->capacity >= size && (best == spare_.end() || (*it)->capacity < (*best)->capacity)) best = it;
+      if ((*it)->device_index == device && (*it)->capacity >= size &&
+          (best == spare_.end() || (*it)->capacity < (*best)->capacity))
+        best = it;
     if (best != spare_.end()) {
       t = *best;
       spare_.erase(best);
@@ -30,7 +33,7 @@ GraphTables::Table* GraphTables::take(TableRuntime& rt, size_t size) {
       // sizes find a spare one; its memory is allocated below, outside the lock.
       size_t capacity = 4096;
       while (capacity < size) capacity *= 2;
-      t = new Table{this, nullptr, nullptr, capacity};
+      t = new Table{this, device, nullptr, nullptr, capacity};
       ++allocated_;
       bytes_ += static_cast<int64_t>(capacity);
     }
@@ -63,24 +66,24 @@ void GraphTables::on_graph_gone(void* table) {
 
 const void* GraphTables::capture(TableRuntime& rt, const void* bytes, size_t size) {
   Table* t = take(rt, size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++held_;  // (before the graph holds it: its release may come at once)
+  }
   try {
-    std::memcpy(t->host, bytes, size);
-    rt.copy_to_device(t->device, t->host, size);
+    rt.give_to_graph(&GraphTables::on_graph_gone, t);
+  } catch (...) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++held_;  // (before the graph holds it: its release may run at once if the capture is gone)
-    }
-    try {
-      rt.give_to_graph(&GraphTables::on_graph_gone, t);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
       --held_;
-      throw;
     }
-  } catch (...) {
     put_back(t);  // no graph holds it: a later capture may take it
     throw;
   }
+  // The graph holds the table from here: a failed copy leaves it there (the capture is broken, and
+  // the graph gives the table back when it is destroyed), never to another capture.
+  std::memcpy(t->host, bytes, size);
+  rt.copy_to_device(t->device, t->host, size);
   return t->device;
 }
 
@@ -101,6 +104,7 @@ namespace {
 class ScriptedRuntime : public TableRuntime {
  public:
   bool capturing() override { return capturing_; }
+  int device() override { return device_; }
   void* alloc_device(size_t bytes) override { return alloc("alloc_device", bytes); }
   void* alloc_host(size_t bytes) override { return alloc("alloc_host", bytes); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
@@ -115,6 +119,7 @@ class ScriptedRuntime : public TableRuntime {
   }
 
   bool capturing_ = false;
+  int device_ = 0;
   int64_t graph_ = 0;  // the graph being captured
   std::string fail_next_;
   int64_t copies_ = 0;
@@ -143,6 +148,7 @@ class GraphTablesProbe : public torch::CustomClassHolder {
     rt_.graph_ = graph;
   }
   void fail_next(const std::string& what) { rt_.fail_next_ = what; }
+  void set_device(int64_t device) { rt_.device_ = static_cast<int>(device); }
   // A captured call's table of `size` bytes, all `fill`: its device address.
   int64_t table(int64_t size, int64_t fill) {
     TORCH_CHECK(rt_.capturing(), "_GraphTablesProbe.table: no graph is being captured");
@@ -186,6 +192,7 @@ TORCH_LIBRARY_FRAGMENT(lamb, m) {
       .def(torch::init<>())
       .def("capture_graph", &GraphTablesProbe::capture_graph)
       .def("fail_next", &GraphTablesProbe::fail_next)
+      .def("set_device", &GraphTablesProbe::set_device)
       .def("table", &GraphTablesProbe::table)
       .def("read", &GraphTablesProbe::read)
       .def("destroy_graph", &GraphTablesProbe::destroy_graph)

@@ -15,8 +15,8 @@
 //     once the graph and every execution of it are gone, and is then given to a later capture of
 //     the same size or less; nothing is ever freed (no cudaFree while any stream may capture), so
 //     memory stays at the most tables graphs ever held at once;
-//   * a table is counted as the graph's only once its copy is enqueued and the graph holds it: a
-//     failure on the way gives it back.
+//   * the graph takes the table before the copy into it is captured, so a captured copy always
+//     writes a table its graph owns; a failure before the graph holds it gives the table back.
 // So no table memory comes from a graph pool, each graph has its own written table whatever
 // order graphs replay in, nothing a live graph may read is reused, and no lock is held past the
 // call.
@@ -33,6 +33,9 @@ class TableRuntime {
   virtual ~TableRuntime() = default;
   // Whether the current stream is capturing a graph.
   virtual bool capturing() = 0;
+  // The device the allocations and copies below are on (the call's: a table is only ever given
+  // to a capture on the device it was made on).
+  virtual int device() = 0;
   // `bytes` of device memory outside every memory pool / of pinned host memory (never freed).
   virtual void* alloc_device(size_t bytes) = 0;
   virtual void* alloc_host(size_t bytes) = 0;
@@ -64,6 +67,7 @@ class GraphTables {
  private:
   struct Table {
     GraphTables* owner;
+    int device_index;  // the device `device` is on
     void* device;
     void* host;
     size_t capacity;

@@ -192,7 +192,8 @@ struct CpuCall {
 //   void end(bool reduce, bool apply);    writes back what the phases wrote
 // The one-call step runs both passes a block of tensors at a time, so that pass 2
 // finds in the caches what pass 1 of the same block just read instead of reading
-// it again from memory (LAMB, BERT-like list: 15-20% faster), and, for an op that
+// it again from memory (docs/decisions.md, "The CPU one-call op works a block of tensors at a
+// time"), and, for an op that
 // stashes its updates, gives pass 1 a place to leave them (stash_, UpdateStash).
 // Between the passes the values go through float32, as through the reductions
 // tensor of the two-phase form, so both forms give the same bits.

@@ -305,8 +305,8 @@ inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, con
 // How far ahead of a loop its streams are prefetched, in elements (1 KB of a float32 stream).
 // A loop step's math keeps its loads' cache misses from overlapping enough on its own: one core
 // streams from DRAM only as fast as it has misses in flight, and the hardware prefetchers ramp up
-// per stream. Measured on a 2-vCPU Xeon (AVX512; docs/design.md): LAMB's step went from 1.72x to
-// 1.41-1.48x fused AdamW's time (its bytes ratio is 1.43); 128 to 256 elements did best, 1024 less.
+// per stream (docs/decisions.md, "Every CPU element loop prefetches 1 KB ahead": 128 to 256
+// elements did best).
 constexpr int64_t kPrefetchAhead = 256;
 
 // Prefetches the bytes a loop step will read kPrefetchAhead elements after element i of stream

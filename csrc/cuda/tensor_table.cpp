@@ -15,11 +15,12 @@ namespace {
 
 class CudaTableRuntime : public TableRuntime {
  public:
-  CudaTableRuntime(cudaStream_t stream, const char* op) : stream_(stream), op_(op) {}
+  CudaTableRuntime(cudaStream_t stream, int device, const char* op) : stream_(stream), device_(device), op_(op) {}
 
   bool capturing() override {
     return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   }
+  int device() override { return device_; }  // (the current one: the call's device guard)
   void* alloc_device(size_t bytes) override {
     c10::cuda::CUDAStreamCaptureModeGuard relaxed{cudaStreamCaptureModeRelaxed};  // (allowed while capturing)
     void* p = nullptr;
@@ -43,8 +44,8 @@ class CudaTableRuntime : public TableRuntime {
                 ": the stream stopped capturing while its tensor table was made");
     cudaUserObject_t object = nullptr;
     check(cudaUserObjectCreate(&object, arg, release, 1, cudaUserObjectNoDestructorSync), "cudaUserObjectCreate");
-    // (on failure the object keeps its reference and is never released: `release` must not run
-    // for a table the caller gives back itself)
+    // (on failure the object keeps its reference and is never released, a few bytes lost: releasing
+    // it would run `release` for a table the caller gives back itself)
     check(cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
   }
 
@@ -54,6 +55,7 @@ class CudaTableRuntime : public TableRuntime {
                 cudaGetErrorString(err));
   }
   cudaStream_t stream_;
+  int device_;
   const char* op_;
 };
 
@@ -61,7 +63,7 @@ class CudaTableRuntime : public TableRuntime {
 
 DeviceTable upload_table(const std::string& bytes, const at::Device& device, const char* op) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  CudaTableRuntime rt(stream, op);
+  CudaTableRuntime rt(stream, device.index(), op);
   if (rt.capturing())
     return {static_cast<const uint8_t*>(graph_tables().capture(rt, bytes.data(), bytes.size())), at::Tensor()};
   const int64_t n = static_cast<int64_t>(bytes.size());

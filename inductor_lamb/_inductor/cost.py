@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..spec import SPECS
+from .steps import lowering_module
 
 __all__ = ["LAUNCH_US", "grouped_launches", "engine_launches", "lowering_launches", "prefer_engine"]
 
@@ -44,8 +45,6 @@ def grouped_launches(op: str) -> int:
     """The lowering's fewest grouped launches for one call of ``op``'s one-call step (step counts,
     per-tensor scalars, the element-wise passes as foreach groups of up to ~250 kernel arguments
     each; more tensors per call take more): its family's ``GROUPED_LAUNCHES``."""
-    from .paths import lowering_module
-
     return int(lowering_module(op).GROUPED_LAUNCHES)
 
 

@@ -128,9 +128,9 @@ class IRBackend(Backend):
     def per_tensor(self, values, n):
         """Each param's loops read a [k] buffer of their own holding the k shared
         values. Why: Inductor's scheduler checks every pair of nodes that read a
-        common buffer as a fusion candidate (up to 64 neighbours each, about 0.4 ms
-        a check, every fusion round), so 0-d inputs read by every param's loops cost
-        ~600 checks per param and made fusion most of a cold compile (RESULTS.md).
+        common buffer as a fusion candidate (up to 64 neighbours each, every fusion
+        round), so 0-d inputs read by every param's loops made fusion most of a cold
+        compile (docs/decisions.md, "Compile time: what the scheduler and gcc see").
         Now only the n packet nodes share the inputs, and being alike in
         shape they fuse among themselves in the first round."""
         if not values or n == 0:
@@ -139,7 +139,7 @@ class IRBackend(Backend):
 
     def scalars(self, *values):
         """One [k] buffer per param holding its k scalars (each scheduler node costs
-        compile time: RESULTS.md); floats pass through."""
+        compile time: docs/decisions.md, "Compile time"); floats pass through."""
         columns = [j for j, v in enumerate(values) if not isinstance(v, (int, float))]
         lengths = {len(values[j]) for j in columns if isinstance(values[j], list)}
         if len(lengths) > 1:

@@ -4,10 +4,8 @@ with the fallback chain, ``set_compile_path`` / ``compile_path`` and the
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +15,7 @@ from .. import _private
 from ..ops import run_checks
 from ..spec import LISTS, SPECS, OpSpec, Role
 from . import cache_key
+from .steps import step_functions
 
 __all__ = ["PATHS", "OPS", "compile_path", "set_compile_path", "install", "ensure_installed"]
 
@@ -27,37 +26,6 @@ OPS = tuple(SPECS)
 # "pending": the (path, op) items that install() recorded at import and ensure_installed()
 # applies (None once applied).
 _state: dict[str, Any] = {"paths": {}, "lowered": {}, "libraries": {}, "pending": None}
-
-
-def lowering_module(op: str) -> Any:
-    """The module of ``op``'s family's step in the backend vocabulary (``_inductor/<family>.py``):
-    its functions are named as the ops' reference functions (:attr:`~inductor_lamb.spec.OpSpec.reference`),
-    and its
-    ``GROUPED_LAUNCHES`` is what the CUDA launch model reads (``cost.py``)."""
-    return importlib.import_module(f"{__package__}.{SPECS[op].family}")
-
-
-def _step_functions() -> dict[str, Callable[..., Any]]:
-    """Per op name, ``f(B, a)``: the op's math on backend ``B`` with bound arguments
-    ``a``; a reduce op's returns its packed reductions. Layer-wise ops are written
-    as two phases, found by their ops' names; their one-call step is reduce then apply."""
-    out: dict[str, Callable[..., Any]] = {}
-    for spec in SPECS.values():
-        module = lowering_module(spec.name)
-        if not spec.reduce_op:
-            out[spec.name] = getattr(module, spec.reference)
-            continue
-        reduce = getattr(module, SPECS[spec.reduce_op].reference)
-        apply = getattr(module, SPECS[spec.apply_op].reference)
-        k = len(spec.reductions)
-        if spec.phase == "step":
-            out[spec.name] = lambda B, a, reduce=reduce, apply=apply: (apply(B, a, reduce(B, a)) if a.params else None)
-        elif spec.phase == "reduce":
-            out[spec.name] = lambda B, a, reduce=reduce, k=k: B.pack(reduce(B, a) if a.params else [], B.item(a.lr, 0), k)
-        else:
-            out[spec.name] = lambda B, a, apply=apply, k=k: (apply(B, a, B.unpack(a.reductions, k)) if a.params
-                                                            else None)
-    return out
 
 
 def compile_path(op: str | None = None) -> str:
@@ -100,7 +68,7 @@ def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
     state, step counts, master copies) is a graph input, so no node of the
     graph produces what the step reads and generated loops would fuse with
     nothing. One call to the C++ engine then does the same work faster and
-    compiles in a fraction of the time (RESULTS.md)."""
+    compiles in a fraction of the time (docs/decisions.md, "torch.compile": the default path)."""
     return all(_graph_input(t) for x in spec.args if x.role in LISTS and bound[x.name] is not None
                for t in bound[x.name])
 
@@ -131,7 +99,7 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
 
     from .ir_backend import IRBackend
 
-    spec, step = SPECS[name], _step_functions()[name]
+    spec, step = SPECS[name], step_functions()[name]
     external = fallback_handler(spec.op, add_to_fallback_set=False)
 
     def lowering(*args: Any, **kwargs: Any) -> Any:
@@ -159,7 +127,7 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
 def _install_decomposition(name: str) -> None:
     from .torch_backend import TorchBackend
 
-    spec, step = SPECS[name], _step_functions()[name]
+    spec, step = SPECS[name], step_functions()[name]
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
         run_checks(spec.op, *args, **kwargs)  # (tracing runs the decomposition instead of the fake)

@@ -399,9 +399,9 @@ class FusedOptimizer(CheckpointState):
         ``_stepped`` here; a traced step sets it in ``_init_group``, which Dynamo runs eagerly
         (it drops attribute writes on optimizers inside compiled code); a step traced with its
         backward, which runs no eager code, writes a tensor flag in the graph. Only there: a
-        tensor written in every compiled step would be one more generated kernel, 6 s of a cold
-        compile of a 256-param step (RESULTS.md, "Compile time"). The flag lives on the params'
-        device, a static address (a CPU tensor written in a CUDA step makes Inductor skip CUDA
+        tensor written in every compiled step would be one more generated kernel, a large part of
+        a cold compile (docs/decisions.md, "No counter kernel in a compiled step"). The flag lives
+        on the params' device, a static address (a CPU tensor written in a CUDA step makes Inductor skip CUDA
         graphs), and is read back (one sync) only when a scheduler finds no eager record."""
         if way.eager:
             self._stepped = True

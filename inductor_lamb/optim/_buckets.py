@@ -31,7 +31,7 @@ def init_group(opt: Stepped, group: dict[str, Any], index: int, *lists: list[Ten
     Why there: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly instead of
     tracing it, and installs the guards on ``param_groups`` and ``state`` itself
     (torch/_dynamo/variables/optimizer.py). Traced, this per-param Python was most of dynamo's
-    time on a compiled step (RESULTS.md, compile time). The result depends only on what those
+    time on a compiled step (docs/decisions.md, "Bucketing outside the trace"). The result depends only on what those
     guards check: which params have grads, their devices and dtypes, and the state's keys."""
     dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
     for p in group["params"]:
