@@ -5,12 +5,15 @@
 
 Two tables.
 
-**The optimizer step alone**, ``opt.step()`` eagerly against ``torch.compile(opt.step)``, on
-two lists: ``blocks`` (a 12-block stack of width 64: 148 tensors, 0.66M params) and ``small``
-(1000 params of 16 elements, where host cost is all there is). Both rows of an optimizer run in
-one process, alternating in blocks of calls over fixed grads (each figure: the best block's
-median), so their ratio is side by side. ``graphs``: compilations over 20 steps while an LR
-scheduler changes lr every step (1: no recompile).
+**The optimizer step alone**, ``opt.step()`` eagerly against each compiled form users write
+(``torch.compile(opt.step)``, ``opt.step = torch.compile(opt.step)``, the tutorials' compiled
+function calling ``opt.step()``, and the same with an LR scheduler inside it, against the eager
+step and scheduler), on two lists: ``blocks`` (a 12-block stack of width 64: 148 tensors, 0.66M
+params) and ``small`` (1000 params of 16 elements, where host cost is all there is). An
+optimizer's rows run in one process, alternating in blocks of calls over fixed grads (each
+figure: the best block's median), so their ratios are side by side. In parentheses: compilations
+after the first call over 20 steps while the lr changes every step (0: no recompile), and the
+cold compile time.
 
 **Training-step recipes** on the ``blocks`` model (batch 64): eager; a compiled model with an
 eager step; a compiled model with ``torch.compile(opt.step)``; the whole step (forward,
@@ -52,14 +55,14 @@ LABELS = {"eager": "eager", "compiled_model": "compiled model, eager step",
           "whole_step_ro": "whole step, reduce-overhead"}
 
 
-def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, lr: float | torch.Tensor = 1e-3) -> torch.optim.Optimizer:
     import inductor_lamb
 
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, fused=True)
     cls = {"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": inductor_lamb.Lars,
            "adagrad": inductor_lamb.Adagrad}[name]
-    return cls(params, lr=1e-3, weight_decay=0.01)
+    return cls(params, lr=lr, weight_decay=0.01)
 
 
 def blocks_model() -> nn.Module:
@@ -99,39 +102,65 @@ def interleaved(fns: dict[str, Callable[[], object]], sync: Callable[[], None], 
 
 # ---- cells (each runs in a process of its own) ---------------------------------------------------
 
+# The compiled forms of the optimizer step users write, timed against the eager step (the last
+# against the eager step and scheduler): PyTorch's "Compiling the optimizer" tutorial wraps the
+# step in a compiled function, its LR-scheduler tutorial steps a scheduler inside it (tensor lr).
+FORMS = ("compile(opt.step)", "opt.step = compile(opt.step)", "tutorial fn", "tutorial fn + scheduler")
+
+
 def step_cell(opt_name: str, which: str, device: str, timed: bool) -> dict:
-    """The optimizer step alone: eager against torch.compile(opt.step)."""
+    """The optimizer step alone: eager against each compiled form (a fresh optimizer each)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    runs = {}
-    for kind in ("eager", "compiled"):
+
+    def setup(tensor_lr: bool = False) -> tuple[torch.optim.Optimizer, object]:
         params = step_params(which, device)
         gen = torch.Generator().manual_seed(1)
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(device)
-        opt = make_optimizer(opt_name, params)
-        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.999)
-        runs[kind] = (opt, sched)
-    counter = CompileCounterWithBackend("inductor")
-    eager_opt = runs["eager"][0]
+        opt = make_optimizer(opt_name, params, torch.tensor(1e-3, device=device) if tensor_lr else 1e-3)
+        return opt, torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.999)
+
+    eager_opt, _ = setup()
+    sched_opt, sched = setup(tensor_lr=True)
+    fns = {"eager": eager_opt.step, "eager + scheduler": lambda: (sched_opt.step(), sched.step())}
+    counters, scheds = {}, {}
+    for form in FORMS:
+        opt, sched_f = setup(tensor_lr=form.endswith("scheduler"))
+        scheds[form] = sched_f
+        counter = counters[form] = CompileCounterWithBackend("inductor")
+        if form == "compile(opt.step)":
+            fns[form] = torch.compile(opt.step, backend=counter)
+        elif form == "opt.step = compile(opt.step)":
+            opt.step = torch.compile(opt.step, backend=counter)
+            fns[form] = opt.step
+        else:
+            def fn(opt=opt, sched_f=sched_f, with_sched=form.endswith("scheduler")):
+                opt.step()
+                if with_sched:
+                    sched_f.step()
+            fns[form] = torch.compile(fn, backend=counter)
     eager_opt.step()
     sync()
     t0 = time.perf_counter()
     eager_opt.step()
     sync()
     eager_s = time.perf_counter() - t0
-    compiled = torch.compile(runs["compiled"][0].step, backend=counter)
-    t0 = time.perf_counter()
-    compiled()
-    sync()
-    out = {"compile_s": max(0.0, time.perf_counter() - t0 - eager_s)}
-    for _ in range(20):
-        compiled()
-        runs["compiled"][1].step()
-    out["graphs"] = counter.frame_count
+    out: dict = {"compile_s": {}, "graphs": {}}
+    for form in FORMS:
+        t0 = time.perf_counter()
+        fns[form]()
+        sync()
+        out["compile_s"][form] = max(0.0, time.perf_counter() - t0 - eager_s)
+        first = counters[form].frame_count
+        for _ in range(20):  # (the lr changes every step: a recompile would show)
+            fns[form]()
+            if not form.endswith("scheduler"):
+                scheds[form].step()
+        out["graphs"][form] = counters[form].frame_count - first  # (compilations after the first call)
     if timed:
-        out.update(interleaved({"eager": eager_opt.step, "compiled": compiled}, sync))
+        out.update(interleaved(fns, sync))
     return out
 
 
@@ -251,13 +280,17 @@ def main() -> None:
 
 
 def print_tables(result: dict, opts: list[str]) -> None:
-    print("\nThe optimizer step alone: eager opt.step() against torch.compile(opt.step)\n")
-    print("| list | optimizer | eager ms | compiled ms | compiled / eager | graphs in 20 steps | cold compile s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nThe optimizer step alone: each compiled form against the eager step (the scheduler form against")
+    print("the eager step and scheduler); compilations after the first call over 20 steps; cold compile\n")
+    print("| list | optimizer | eager ms | " + " | ".join(FORMS) + " |")
+    print("|---|---|---|" + "---|" * len(FORMS))
     for key, r in result["step"].items():
         which, opt = key.split("/")
-        print(f"| {which} | {opt} | {r['eager'] * 1e3:.3f} | {r['compiled'] * 1e3:.3f} | "
-              f"{r['compiled'] / r['eager']:.2f} | {r['graphs']} | {r['compile_s']:.1f} |")
+        cells = []
+        for form in FORMS:
+            base = r["eager + scheduler"] if form.endswith("scheduler") else r["eager"]
+            cells.append(f"{r[form] / base:.2f}x ({r['graphs'][form]}; {r['compile_s'][form]:.1f} s)")
+        print(f"| {which} | {opt} | {r['eager'] * 1e3:.3f} | " + " | ".join(cells) + " |")
     print("\nTraining-step recipes (ms a step; x AdamW in the same recipe; cold compile s)\n")
     print("| recipe | " + " | ".join(opts) + " |")
     print("|---|" + "---|" * len(opts))
