@@ -1,25 +1,21 @@
-"""Compile time of a compiled optimizer step against the number of parameter tensors,
-cold and warm, split by compiler stage.
+"""Where the compile time of the whole training step goes, per optimizer, cold and warm.
 
-    python -m benchmarks.compile_time [--tensors 32 64 128 256] [--methods lamb lamb-lowering lamb-external adamw]
-                                      [--threads 2] [--plot benchmarks/compile_time.png]
+    python -m benchmarks.compile_time [--opt lamb lamb16 lars adagrad adamw] [--path auto]
+                                      [--threads 1] [--json out.json] [--plot benchmarks/compile_time.png]
 
-Each (method, N) compiles ``torch.compile(opt.step)`` in a fresh process with an
-empty Inductor cache (cold), then again in a second fresh process on that cache
-(warm: the FX graph cache hit). Params: the first N tensors of a BERT-like list
-(small widths: compile time depends on the number of tensors, not their size).
-Methods: ``lamb`` (our Lamb on the default ``"auto"`` compile path, which makes
-the step of graph-input tensors one external call to our kernel),
-``lamb-lowering`` (every tensor through the Inductor lowering), ``lamb-external``
-(always external calls), ``adamw`` (torch's AdamW, foreach + capturable, the
-usual compiled baseline).
+The whole step (forward, backward, ``opt.step()``, ``zero_grad``; ``trace_autograd_ops``, as
+``examples/train_mnist.py`` and recipe (a) of docs/compile.md compile it) of ``bench_recipes``'s
+``blocks`` model (148 tensors), compiled in a fresh process with an empty Inductor cache (cold),
+then in a second fresh process on that cache (warm: what a restart pays). torch's
+``AdamW(fused=True)`` runs the same recipe (its step graph-breaks out of the graph: torch runs its
+fused step eagerly).
 
-Stages come from dynamo's own timers (``torch._dynamo.utils.compilation_time_metrics``):
-dynamo = bytecode tracing + guards; aot = AOT autograd / functionalization
-outside Inductor; post-grad = Inductor's FX passes; lowering = GraphLowering.run;
-scheduling = Scheduler.__init__ (of which fusion = Scheduler.fused_nodes); codegen
-= Scheduler.codegen without the C++ compiles in it; c++ = compile_file +
-loading the generated module (which waits for the asynchronous compiles).
+Stages come from torch's own timers (``torch._dynamo.utils.compilation_time_metrics``): dynamo =
+bytecode tracing + guards; aot = AOT autograd / functionalization outside Inductor; post-grad =
+Inductor's FX passes; lowering = GraphLowering.run; scheduling = Scheduler.__init__ (fusion
+included); codegen = Scheduler.codegen without the C++ compiles in it; c++ = compile_file and
+loading the generated module (which waits for the asynchronous compiles). ``hits``: FX graph and
+AOT autograd cache hits of the process.
 """
 
 from __future__ import annotations
@@ -37,123 +33,115 @@ from tqdm import tqdm
 from benchmarks.common import machine_line
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Runs in a child process: one cold or warm compile, prints JSON.
-CHILD = r"""
-import json, sys, time
-import torch
-from benchmarks.common import bert_like_shapes
-import inductor_lamb
-from inductor_lamb.optim import Lamb
-from torch._dynamo.utils import compilation_time_metrics as metrics
-torch.set_num_threads({threads})
-method, n = {method!r}, {n}
-shapes = (bert_like_shapes(hidden=64, ffn=256, layers=64, vocab=512) * 8)[:n]
-g = torch.Generator().manual_seed(0)
-params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
-for p in params:
-    p.grad = torch.randn(p.shape, generator=g)
-if method == "adamw":
-    opt = torch.optim.AdamW(params, lr=torch.tensor(1e-3), foreach=True, capturable=True)
-else:
-    if method != "lamb":
-        inductor_lamb.set_compile_path(method.removeprefix("lamb-"))
-    opt = Lamb(params, lr=1e-3)
-step = torch.compile(opt.step)
-t0 = time.perf_counter()
-step()
-first = time.perf_counter() - t0
-t0 = time.perf_counter()
-for _ in range(20):
-    step()
-per_call = (time.perf_counter() - t0) / 20
-m = {{k: sum(v) for k, v in metrics.items()}}
-get = lambda k: m.get(k, 0.0)
-cxx = get("compile_file") + get("PyCodeCache.load_by_key_path")
-out = dict(
-    first_call=first, per_call_ms=per_call * 1e3,
-    dynamo=get("bytecode_tracing") + get("build_guards"),
-    aot=max(get("create_aot_dispatcher_function") - get("compile_fx.<locals>.fw_compiler_base"), 0.0),
-    post_grad=get("_recursive_post_grad_passes"),
-    lowering=get("GraphLowering.run"),
-    scheduling=get("Scheduler.__init__"), fusion=get("Scheduler.fused_nodes"),
-    codegen=max(get("Scheduler.codegen") - get("compile_file"), 0.0),
-    cxx=cxx)
-print(json.dumps(out))
-"""
-
+OPTIMIZERS = ("lamb", "lamb16", "lars", "adagrad", "adamw")
 STAGES = ("dynamo", "aot", "post_grad", "lowering", "scheduling", "codegen", "cxx")
 
+# Runs in a child process: one cold or warm compile of the whole step, prints JSON.
+CHILD = r"""
+import json, time
+import torch
+import inductor_lamb
+from torch._dynamo.utils import compilation_time_metrics as metrics, counters
+from benchmarks.bench_recipes import blocks_model, make_optimizer, recipe_step
+torch.set_num_threads({threads})
+if {path!r} != "auto":
+    inductor_lamb.set_compile_path({path!r})
+torch._dynamo.config.trace_autograd_ops = True
+gen = torch.Generator().manual_seed(2)
+x, y = torch.randn(64, 64, generator=gen), torch.randint(0, 1000, (64,), generator=gen)
+model = blocks_model()
+opt = make_optimizer({opt!r}, model.parameters())
+step = recipe_step("whole_step", model, opt)
+t0 = time.perf_counter()
+step(x, y)
+first = time.perf_counter() - t0
+t0 = time.perf_counter()
+for _ in range(10):
+    step(x, y)
+per_step = (time.perf_counter() - t0) / 10
+m = {{k: sum(v) for k, v in metrics.items()}}
+get = lambda k: m.get(k, 0.0)
+print(json.dumps(dict(
+    compile_s=max(first - per_step, 0.0), step_ms=per_step * 1e3,
+    dynamo=get("bytecode_tracing") + get("build_guards"),
+    aot=max(get("create_aot_dispatcher_function") - get("compile_fx.<locals>.fw_compiler_base")
+            - get("compile_fx.<locals>.bw_compiler"), 0.0),
+    post_grad=get("_recursive_post_grad_passes"),
+    lowering=get("GraphLowering.run"),
+    scheduling=get("Scheduler.__init__"),
+    codegen=max(get("Scheduler.codegen") - get("compile_file"), 0.0),
+    cxx=get("compile_file") + get("PyCodeCache.load_by_key_path"),
+    hits=dict(fx_graph=counters["inductor"]["fxgraph_cache_hit"],
+              aot_autograd=counters["aot_autograd"]["autograd_cache_hit"]),
+    misses=dict(fx_graph=counters["inductor"]["fxgraph_cache_miss"],
+                aot_autograd=counters["aot_autograd"]["autograd_cache_miss"]))))
+"""
 
-def run_child(method: str, n: int, cache_dir: str, threads: int) -> dict:
-    code = CHILD.format(threads=threads, method=method, n=n)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT), check=True, capture_output=True,
-                         text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+
+def run_child(opt: str, path: str, cache_dir: str, threads: int) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    code = CHILD.format(opt=opt, path=path, threads=threads)
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{opt} ({path}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def plot(results: list[dict], path: str) -> None:
+def measure(opt: str, path: str, threads: int) -> dict:
+    """A cold compile in a fresh process with an empty cache, then a warm one on that cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        cold = run_child(opt, path, cache, threads)
+        warm = run_child(opt, path, cache, threads)
+    return {"opt": opt, "path": path, "cold": cold, "warm": warm}
+
+
+def plot(rows: list[dict], out: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for method in dict.fromkeys(r["method"] for r in results):
-        rows = [r for r in results if r["method"] == method]
-        ns = [r["tensors"] for r in rows]
-        ax1.plot(ns, [r["cold"]["first_call"] for r in rows], "o-", label=f"{method} cold")
-        ax1.plot(ns, [r["warm"]["first_call"] for r in rows], "o--", label=f"{method} warm")
-    ax1.set_xlabel("parameter tensors")
-    ax1.set_ylabel("first call of torch.compile(opt.step), s")
-    ax1.set_xscale("log", base=2)
-    ax1.legend()
-    ax1.grid(alpha=0.3)
-    first = [r for r in results if r["method"] == results[0]["method"]]
-    bottom = [0.0] * len(first)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{r['opt']}\n{r['path']}" for r in rows]
+    bottom = [0.0] * len(rows)
     for stage in STAGES:
-        vals = [r["cold"][stage] for r in first]
-        ax2.bar([str(r["tensors"]) for r in first], vals, bottom=bottom, label=stage)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax2.set_title(f"{results[0]['method']}, cold: where the time goes")
-    ax2.set_xlabel("parameter tensors")
-    ax2.set_ylabel("s")
-    ax2.legend()
+        values = [r["cold"][stage] for r in rows]
+        ax.bar(labels, values, bottom=bottom, label=stage)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.plot(labels, [r["warm"]["compile_s"] for r in rows], "kD", label="warm start (total)")
+    ax.set_ylabel("seconds")
+    ax.set_title("Whole training step (148 tensors): cold compile by stage")
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(out, dpi=120)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tensors", type=int, nargs="+", default=[32, 64, 128, 256])
-    ap.add_argument("--methods", nargs="+", default=["lamb", "adamw"],
-                    choices=["lamb", "lamb-lowering", "lamb-external", "adamw"])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--plot", default=None, help="PNG path")
-    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--opt", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
+    ap.add_argument("--path", nargs="+", default=["auto"], choices=["auto", "lowering", "external"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=str, default=None)
     args = ap.parse_args()
-
-    print(f"# {machine_line(args.threads)}")
-    results = []
-    jobs = [(m, n) for m in args.methods for n in args.tensors]
-    for method, n in tqdm(jobs, desc="compiles"):
-        with tempfile.TemporaryDirectory(prefix="inductor_cache_") as cache:
-            cold = run_child(method, n, cache, args.threads)
-            warm = run_child(method, n, cache, args.threads)
-        results.append({"method": method, "tensors": n, "cold": cold, "warm": warm})
-
-    print("\n| method | tensors | cold s | warm s | " + " | ".join(STAGES) + " | (fusion) | step ms |")
-    print("|---|---|---|---|" + "---|" * len(STAGES) + "---|---|")
-    for r in results:
-        c = r["cold"]
-        print(f"| {r['method']} | {r['tensors']} | {c['first_call']:.1f} | {r['warm']['first_call']:.1f} | "
-              + " | ".join(f"{c[s]:.1f}" for s in STAGES) + f" | {c['fusion']:.1f} | {c['per_call_ms']:.2f} |")
+    rows = [measure(opt, path, args.threads)
+            for opt, path in tqdm([(o, p) for p in args.path for o in args.opt], desc="fresh processes")]
+    print(machine_line(args.threads))
+    adamw = next((r for r in rows if r["opt"] == "adamw"), None)
+    print("\n| optimizer | path | cold s | x AdamW | " + " | ".join(STAGES) + " | warm s | warm hits | step ms |")
+    print("|---|---|---|---|" + "---|" * len(STAGES) + "---|---|---|")
+    for r in rows:
+        c, w = r["cold"], r["warm"]
+        ratio = c["compile_s"] / adamw["cold"]["compile_s"] if adamw else float("nan")
+        hits = f"{w['hits']['fx_graph']} fx, {w['hits']['aot_autograd']} aot"
+        print(f"| {r['opt']} | {r['path']} | {c['compile_s']:.1f} | {ratio:.2f}x | "
+              + " | ".join(f"{c[s]:.1f}" for s in STAGES)
+              + f" | {w['compile_s']:.1f} | {hits} | {c['step_ms']:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps(rows, indent=1))
     if args.plot:
-        plot(results, args.plot)
-        print(f"\nplot: {args.plot}")
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -145,11 +146,11 @@ def test_bad_input_fails_at_trace_time_with_the_op_message():
 
 
 @pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
-def test_auto_path_calls_the_kernel_unless_the_graph_computes_an_input(case):
-    """The default path: when every tensor of the call is a graph input (a compiled
-    ``opt.step``) the step is one call to the C++ kernel, with its exact bits; when
-    the graph computes one of them (here the grads of the first param only), the
-    whole call is lowered and the computation fuses into it."""
+def test_auto_path_calls_the_kernel_on_cpu(case):
+    """The default path on CPU: the step is one call to the C++ kernel, with its exact bits,
+    when every tensor of the call is a graph input and when the graph computes one of them
+    (here the grads of the first param only, as in a whole training step); the lowering is
+    what ``"lowering"`` asks for."""
     use_path("auto")
     name, args, kwargs = op_args(case)
     c_args, e_args = clone_lists(args), clone_lists(args)
@@ -169,7 +170,8 @@ def test_auto_path_calls_the_kernel_unless_the_graph_computes_an_input(case):
                                 kwargs)
     first_grad_halved(name, e_args, torch.tensor(0.02), kwargs)
     code = "\n".join(codes)
-    assert not lamb_calls(code) and "cpp_fused" in code
+    calls = lamb_calls(code)
+    assert len(calls) == 1 and f"torch.ops.lamb.{name}.default(" in calls[0], calls
     for i, (a, b) in enumerate(zip(c_args, e_args)):
         for j, (x, y) in enumerate(zip(a, b)):
             assert_tensor_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m: f"list {i}[{j}]: {m}")
@@ -226,9 +228,9 @@ def test_whole_training_step_one_graph_one_compilation(opt_name, path):
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(train_step, backend=backend, fullgraph=True)
         for k, (x, y) in enumerate(step_batches(5)):
-            if k == 0:  # the grads come from the graph: every path fuses the step into it
+            if k == 0:  # the lowering paths fuse the step into the graph; "auto" calls the kernel on CPU
                 loss, codes = run_and_get_code(compiled, model_c, opt_c, x, y)
-                assert not lamb_calls("\n".join(codes))
+                assert bool(lamb_calls("\n".join(codes))) == (path == "auto")
             else:
                 loss = compiled(model_c, opt_c, x, y)
             torch.testing.assert_close(loss, train_step(model_e, opt_e, x, y), rtol=1e-6, atol=1e-6)
@@ -573,8 +575,8 @@ print(path, imported, installed, len(w))
 
 def test_import_loads_no_compiler_and_the_first_trace_installs_the_lowering():
     """``import inductor_lamb`` imports neither Inductor, Dynamo nor DTensor; the first
-    torch.compile of a training step then installs the paths and lowers the step (no
-    external lamb call in the generated code), in a fresh process."""
+    torch.compile of a training step then installs the paths (its ``"lowering"`` lowers the step:
+    no external lamb call in the generated code), in a fresh process."""
     script = """
 import sys, torch
 import inductor_lamb
@@ -595,8 +597,9 @@ _, codes = run_and_get_code(torch.compile(step, fullgraph=True), torch.randn(4, 
 calls = sum("torch.ops.lamb." in line and not line.lstrip().startswith("#") for c in codes for line in c.splitlines())
 print(heavy, inductor_lamb.compile_path(), calls, "cpp_fused_lamb" in "".join(codes))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["[]", "auto", "0", "True"], out.stderr
+    env = {**os.environ, "INDUCTOR_LAMB_COMPILE_PATH": "lowering"}  # (recorded at import, installed by the trace)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["[]", "lowering", "0", "True"], out.stderr
 
 
 def test_cache_key_pass_chains_user_pass_and_tracks_path():
@@ -741,3 +744,39 @@ def test_compiled_steps_write_only_static_inputs(opt_name, recipe, monkeypatch):
             nn.functional.cross_entropy(model(x), y).backward()
             torch.compile(lambda: opt.step(), fullgraph=True)()
     assert recorded.reasons and recorded.reasons == [None] * len(recorded.reasons), recorded.reasons
+
+
+def test_a_second_process_compiles_the_whole_step_from_inductors_caches(tmp_path):
+    """A restart: a second process compiling the same whole training step on the same cache
+    directory hits Inductor's FX graph cache and AOT autograd's cache (no miss), for every
+    optimizer, and steps to the first process's bits."""
+    script = """
+import json, sys, torch
+import inductor_lamb
+from torch import nn
+from torch._dynamo.utils import counters
+torch._dynamo.config.trace_autograd_ops = True
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+opt = getattr(inductor_lamb, sys.argv[1])(net.parameters(), lr=0.01)
+@torch.compile(fullgraph=True)
+def step(x):
+    loss = net(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+for k in range(3):
+    step(torch.randn(4, 8, generator=torch.Generator().manual_seed(k)))
+print(json.dumps({"hits": [counters["inductor"]["fxgraph_cache_hit"], counters["aot_autograd"]["autograd_cache_hit"]],
+                  "misses": [counters["inductor"]["fxgraph_cache_miss"], counters["aot_autograd"]["autograd_cache_miss"]],
+                  "params": [p.detach().double().sum().item() for p in net.parameters()]}))
+"""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    for name in ("Lamb", "Lamb16", "Lars", "Adagrad"):
+        runs = [json.loads(subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
+                                          check=True, env=env).stdout.strip().splitlines()[-1]) for _ in range(2)]
+        cold, warm = runs
+        assert cold["misses"][0] >= 1, (name, cold)
+        assert warm["misses"] == [0, 0] and warm["hits"][0] >= 1 and warm["hits"][1] >= 1, (name, warm)
+        assert warm["params"] == cold["params"], name

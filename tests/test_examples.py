@@ -30,6 +30,7 @@ def test_mnist_main_job():
     assert not re.search(r"warn|W\d{4} ", done.stderr, re.I), done.stderr[-2000:]
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", out).group(1))
     assert accuracy > 30.0, out  # (20 steps of a 10-class problem: well above chance)
+    assert re.search(r"compiled the training step in [\d.]+ s", out), out
     assert "faster" in out or "slower" in out, out
 
 

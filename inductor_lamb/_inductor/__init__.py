@@ -3,10 +3,11 @@
 Four paths, best first; :func:`compile_path` says which one is active:
 
 ``"auto"`` (the default)
-    The lowering below, except for an op call whose per-param tensors are all
-    graph inputs (``torch.compile(opt.step)``): nothing in the graph produces
-    what it reads, so it stays one external call to the C++ kernel, which is
-    faster than generated loops there and compiles several times faster.
+    One external call of the op's C++ / CUDA kernel where one is built for the
+    params' device and it is the better path (on CPU every call; on CUDA where the
+    launch model of ``cost.py`` says so: every layer-wise call), else the lowering
+    below (docs/decisions.md, "The default compile path is the kernel where one is
+    built").
 ``"lowering"``
     An Inductor lowering per op (``register_lowering``) writes the step in
     Inductor IR with ``mutate_to`` on the list arguments, so the compiled graph

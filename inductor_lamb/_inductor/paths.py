@@ -13,7 +13,7 @@ import torch
 
 from .. import _private
 from ..ops import run_checks
-from ..spec import LISTS, SPECS, OpSpec, Role
+from ..spec import SPECS, OpSpec, Role
 from . import cache_key
 from .steps import step_functions
 
@@ -53,39 +53,27 @@ def _check_op(op: str) -> str:
 # ---- the paths -------------------------------------------------------------------
 
 
-def _graph_input(x: Any) -> bool:
-    """Whether Inductor IR ``x`` is a graph input (or a view of one), i.e. no
-    node of this graph computes it."""
-    ir = _private.inductor_ir()
+def _kernel_is_the_better_path(spec: OpSpec, bound: dict[str, Any]) -> bool:
+    """The ``"auto"`` rule: one call of the op's C++ / CUDA kernel where one is built for the
+    params' device and it is the better path, else the lowering.
 
-    while isinstance(x, (ir.MutableBox, ir.BaseView)):
-        x = x.data
-    return isinstance(x, ir.InputBuffer)
-
-
-def _nothing_to_fuse(spec: OpSpec, bound: dict[str, Any]) -> bool:
-    """The ``"auto"`` path's rule: every tensor of every param (params, grads,
-    state, step counts, master copies) is a graph input, so no node of the
-    graph produces what the step reads and generated loops would fuse with
-    nothing. One call to the C++ engine then does the same work faster and
-    compiles in a fraction of the time (docs/decisions.md, "torch.compile": the default path)."""
-    return all(_graph_input(t) for x in spec.args if x.role in LISTS and bound[x.name] is not None
-               for t in bound[x.name])
-
-
-def _engine_is_cheaper(spec: OpSpec, bound: dict[str, Any]) -> bool:
-    """The ``"auto"`` path's rule on CUDA (:mod:`.cost`): one call of the op's CUDA kernel
-    when the model says it beats the lowering's launches, and the kernel is built."""
+    - On CPU, always: the kernel steps a call as fast as generated loops or faster, lowered into
+      a whole training step too, and the lowering multiplies the cold compile (docs/decisions.md,
+      "The default compile path is the kernel where one is built").
+    - On CUDA, where the launch model of :mod:`.cost` says the kernel's few launches beat the
+      lowering's (every layer-wise call)."""
     params = bound["params"]
-    if not params or params[0].get_device().type != "cuda":
+    if not params:
+        return True
+    device = params[0].get_device()
+    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
+    if key is None or not _private.has_kernel_for(spec.op.name(), key):
         return False
-    if not _private.has_kernel_for(spec.op.name(), "CUDA"):
-        return False
+    if device.type == "cpu":
+        return True
     V = _private.inductor_virtualized().V
-
     from . import cost
 
-    device = params[0].get_device()
     numels = [V.graph.sizevars.optimization_hint(p.get_numel(), fallback=8192) for p in params]
     # (Inductor's own choice of a two-stage reduction for a tensor of n elements)
     splits = lambda n: V.choices.reduction_split_factor(device, n, 1, True) > 1  # noqa: E731
@@ -105,7 +93,7 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
     def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
         bound = spec.bind(args, kwargs)
-        if auto and (_nothing_to_fuse(spec, bound) or _engine_is_cheaper(spec, bound)):
+        if auto and _kernel_is_the_better_path(spec, bound):
             out = external(*args, **kwargs)
             return out if spec.phase == "reduce" else ()
         B = IRBackend()
