@@ -94,17 +94,35 @@ def make_buckets(opt: Stepped, group: dict[str, Any], index: int, unsharded: boo
             buckets[key] = Bucket(key[0], **fields)
         return buckets[key]
 
+    dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
+    layout = opt._layout
     for i, p in enumerate(group["params"]):
-        if p.grad is None:
+        g = p.grad
+        if g is None:
             continue
         state = opt._init_state(p, group)
         param_name = names[i] if names else None
-        if unsharded:
-            bucket((p.device, p.dtype, None)).add(opt._layout.param_tensors(p, state), param_name)
+        tensors = layout.param_tensors(p, state)
+        # A traced step runs this per param (recipe (a)): the common case, plain dense tensors,
+        # calls no function (each call Dynamo traces costs compile time, docs/decisions.md,
+        # "Compile time: what the scheduler and gcc see").
+        plain = unsharded or not g.is_sparse
+        if plain and not unsharded:
+            for _, t in tensors:
+                if isinstance(t, dtensor):
+                    plain = False
+        if plain:
+            key = (p.device, p.dtype, None)
+            b = buckets.get(key)
+            if b is None:
+                b = buckets[key] = Bucket(p.device)
+            for arg, t in tensors:
+                b.lists[arg].append(t)
+            b.names.append(param_name)
             continue
-        if p.grad.is_sparse:
+        if g.is_sparse:
             opt._check_sparse(p, group, name(i))
-            bucket((p.device, p.dtype, "sparse"), sparse=True).add(opt._layout.param_tensors(p, state), param_name)
+            bucket((p.device, p.dtype, "sparse"), sparse=True).add(tensors, param_name)
             continue
         sharding = _sharding.sharding_of(p, p.grad, state, name(i), who)
         if sharding is not None:  # one mesh per (device, dtype) of a group: one collective per bucket
@@ -112,7 +130,7 @@ def make_buckets(opt: Stepped, group: dict[str, Any], index: int, unsharded: boo
             if not _sharding.same_mesh(first[0], sharding.mesh):
                 raise ValueError(f"{who}: param {name(i)} is on a different device mesh than param {first[1]} "
                                  "of the same param group, device and dtype; put them in separate param groups")
-        local = [(arg, _sharding.local(t)) for arg, t in opt._layout.param_tensors(p, state)]
+        local = [(arg, _sharding.local(t)) for arg, t in tensors]
         bucket((p.device, p.dtype, sharding), sharding=sharding).add(local, param_name)
     return buckets
 
