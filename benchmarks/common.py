@@ -165,3 +165,27 @@ def torchao_low_bit():
     except ImportError:
         return {}
     return {"torchao AdamW8bit": AdamW8bit, "torchao AdamWFp8": AdamWFp8, "torchao AdamW4bit": AdamW4bit}
+
+
+# The stages of a compile, from torch's own timers (torch._dynamo.utils.compilation_time_metrics),
+# for this process so far: dynamo = bytecode tracing + guards; aot = AOT autograd outside Inductor;
+# post_grad = Inductor's FX passes; lowering = GraphLowering.run; scheduling = Scheduler.__init__
+# (fusion included); codegen = the code written (C++ or Triton), without the compiles; compile =
+# the C++ or Triton compiles and loading the generated module.
+COMPILE_STAGES = ("dynamo", "aot", "post_grad", "lowering", "scheduling", "codegen", "compile")
+
+
+def compile_stages() -> dict[str, float]:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    m = {k: sum(v) for k, v in compilation_time_metrics.items()}
+    get = m.get
+    inner = get("compile_fx.<locals>.fw_compiler_base", 0.0) + get("compile_fx.<locals>.bw_compiler", 0.0)
+    compiled = get("compile_file", 0.0) + get("PyCodeCache.load_by_key_path", 0.0)
+    return {"dynamo": get("bytecode_tracing", 0.0) + get("build_guards", 0.0),
+            "aot": max(get("create_aot_dispatcher_function", 0.0) - inner, 0.0),
+            "post_grad": get("_recursive_post_grad_passes", 0.0),
+            "lowering": get("GraphLowering.run", 0.0),
+            "scheduling": get("Scheduler.__init__", 0.0),
+            "codegen": max(get("Scheduler.codegen", 0.0) - get("compile_file", 0.0), 0.0),
+            "compile": compiled}

@@ -10,12 +10,9 @@ then in a second fresh process on that cache (warm: what a restart pays). torch'
 ``AdamW(fused=True)`` runs the same recipe (its step graph-breaks out of the graph: torch runs its
 fused step eagerly).
 
-Stages come from torch's own timers (``torch._dynamo.utils.compilation_time_metrics``): dynamo =
-bytecode tracing + guards; aot = AOT autograd / functionalization outside Inductor; post-grad =
-Inductor's FX passes; lowering = GraphLowering.run; scheduling = Scheduler.__init__ (fusion
-included); codegen = Scheduler.codegen without the C++ compiles in it; c++ = compile_file and
-loading the generated module (which waits for the asynchronous compiles). ``hits``: FX graph and
-AOT autograd cache hits of the process.
+Stages come from torch's own timers (``benchmarks.common.compile_stages``: Dynamo, AOT autograd,
+Inductor's post-grad passes, lowering, scheduling and fusion, code generation, the C++ compile).
+``hits``: FX graph and AOT autograd cache hits of the process.
 """
 
 from __future__ import annotations
@@ -30,19 +27,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from benchmarks.common import machine_line
+from benchmarks.common import COMPILE_STAGES, machine_line
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = ("lamb", "lamb16", "lars", "adagrad", "adamw")
-STAGES = ("dynamo", "aot", "post_grad", "lowering", "scheduling", "codegen", "cxx")
+STAGES = COMPILE_STAGES
 
 # Runs in a child process: one cold or warm compile of the whole step, prints JSON.
 CHILD = r"""
 import json, time
 import torch
 import inductor_lamb
-from torch._dynamo.utils import compilation_time_metrics as metrics, counters
+from torch._dynamo.utils import counters
 from benchmarks.bench_recipes import blocks_model, make_optimizer, recipe_step
+from benchmarks.common import compile_stages
 torch.set_num_threads({threads})
 if {path!r} != "auto":
     inductor_lamb.set_compile_path({path!r})
@@ -59,18 +57,8 @@ t0 = time.perf_counter()
 for _ in range(10):
     step(x, y)
 per_step = (time.perf_counter() - t0) / 10
-m = {{k: sum(v) for k, v in metrics.items()}}
-get = lambda k: m.get(k, 0.0)
 print(json.dumps(dict(
-    compile_s=max(first - per_step, 0.0), step_ms=per_step * 1e3,
-    dynamo=get("bytecode_tracing") + get("build_guards"),
-    aot=max(get("create_aot_dispatcher_function") - get("compile_fx.<locals>.fw_compiler_base")
-            - get("compile_fx.<locals>.bw_compiler"), 0.0),
-    post_grad=get("_recursive_post_grad_passes"),
-    lowering=get("GraphLowering.run"),
-    scheduling=get("Scheduler.__init__"),
-    codegen=max(get("Scheduler.codegen") - get("compile_file"), 0.0),
-    cxx=get("compile_file") + get("PyCodeCache.load_by_key_path"),
+    compile_s=max(first - per_step, 0.0), step_ms=per_step * 1e3, **compile_stages(),
     hits=dict(fx_graph=counters["inductor"]["fxgraph_cache_hit"],
               aot_autograd=counters["aot_autograd"]["autograd_cache_hit"]),
     misses=dict(fx_graph=counters["inductor"]["fxgraph_cache_miss"],

@@ -67,7 +67,7 @@ def _make_optimizer(name: str, params: list) -> object:
 def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: int = 0) -> dict:
     """Generates and compiles one row's code; returns its counts (this process only)."""
     import tools.described_gpu as dg
-    from benchmarks.common import bert_like_shapes
+    from benchmarks.common import bert_like_shapes, compile_stages
     from inductor_lamb._inductor import cost
 
     if workload == "step":
@@ -92,7 +92,8 @@ def one_row(opt_name: str, path: str, n: int, workload: str, gpu: str, configs: 
             # module's own launchers, without launching)
             "engine_launches": sum(cost.engine_launches(op) * k for op, k in out.lamb_calls.items()),
             "gb_per_step": out.gb_per_call,
-            "compile_s": round(out.compile_s, 1), "cubins_missing": out.cubins_missing, "model": model,
+            "compile_s": round(out.compile_s, 1), "stages": {k: round(v, 2) for k, v in compile_stages().items()},
+            "cubins_missing": out.cubins_missing, "model": model,
             "configs": configs or "all", "cudagraph_blockers": blockers,
             "torch": torch.__version__}
 
@@ -200,10 +201,17 @@ def _run_child(args: list[str], timeout: float = 3600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _stages(row: dict) -> str:
+    stages = [row["stages"][k] for k in ("aot", "lowering", "scheduling", "codegen", "compile")]
+    # (torch's timers record nothing for some graphs, AdamW's step among them)
+    return ", ".join(f"{s:.1f}" for s in stages) if any(stages) else "not recorded by torch"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| workload | N | optimizer | path | Triton kernels | Triton launches | extern calls (lamb ops) | "
-             "launches / step | MB / step (Triton kernels, Inductor's count) | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "launches / step | MB / step (Triton kernels, Inductor's count) | compile s | "
+             "of which aot, lowering, scheduling, codegen, Triton compile |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {' '.join(r['args'])} | error: {' '.join(r['error'])} |")
@@ -211,7 +219,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['workload']} | {r['n']} | {r['optimizer']} | {r['path']} | {r['kernels']} | "
                      f"{r['launches']} | {r['extern_calls']} ({r['lamb_calls']}) | {r['launches'] + r['engine_launches']} | "
                      f"{r['gb_per_step'] * 1e3:.1f} | "
-                     f"{r['compile_s']} |")
+                     f"{r['compile_s']} | " + _stages(r) + " |")
     return "\n".join(lines)
 
 
