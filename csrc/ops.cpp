@@ -54,6 +54,11 @@ const std::vector<Contract>& contracts() {
        {{"p_sumsq", "sum"}, {"g_sumsq", "sum"}},
        {"rescale_grad"}},
       {"adagrad_step_", nullptr, nullptr, {{"state_sums", at::kFloat}}, {"steps"}, {}, {}},
+      {"novograd_step_", "novograd_reduce_", "novograd_apply_",
+       {{"exp_avgs", at::kFloat}},
+       {"exp_avg_sqs", "max_exp_avg_sqs", "steps"},
+       {{"g_sumsq", "sum"}},
+       {}},
   };
   return all;
 }
@@ -241,6 +246,26 @@ TORCH_LIBRARY(lamb, m) {
       "Tensor lr, Tensor momentum, float lars_coeff=0.001, float eps=0.0, float rescale_grad=1.0, "
       "float[] weight_decay=[0.0005], bool[] layer_adaptation=[], bool lr_in_momentum=True, bool stochastic_rounding=True, int seed=0, "
       "Tensor? grad_scale=None, Tensor? found_inf=None, Tensor(c!)[]? master_params=None) -> ()");
+  // NovoGrad: v (exp_avg_sqs) and its running max (max_exp_avg_sqs, read with amsgrad) are one
+  // 0-d float32 tensor a param; reduce writes the steps, apply the rest.
+  m.def(
+      "novograd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-08, "
+      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, "
+      "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, Tensor? found_inf=None, "
+      "Tensor(f!)[]? master_params=None) -> ()");
+  m.def(
+      "novograd_reduce_(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, "
+      "Tensor[] max_exp_avg_sqs, Tensor(a!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-08, "
+      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, "
+      "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, Tensor? found_inf=None, "
+      "Tensor[]? master_params=None) -> Tensor");
+  m.def(
+      "novograd_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] max_exp_avg_sqs, Tensor[] steps, Tensor reductions, Tensor lr, Tensor beta1, Tensor beta2, "
+      "float eps=1e-08, float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, "
+      "bool decoupled_decay=False, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "Tensor? found_inf=None, Tensor(e!)[]? master_params=None) -> ()");
   m.def(
       "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, Tensor lr, "
       "float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, bool maximize=False, "

@@ -1,4 +1,4 @@
-"""Layer-wise adaptive optimizers (LAMB, LAMB16, LARS, Adagrad) as ``torch.ops.lamb.*``
+"""Layer-wise adaptive optimizers (LAMB, LAMB16, LARS, NovoGrad, Adagrad) as ``torch.ops.lamb.*``
 custom ops with fused CPU kernels, fake implementations for ``torch.compile``,
 and drop-in ``torch.optim.Optimizer`` classes.
 """
@@ -14,11 +14,11 @@ from . import ops, reference  # noqa: E402
 from ._inductor import compile_path, set_compile_path
 from ._inductor import install as _install_compile_path
 from .fuse import fuse_optimizer, mark_layerwise
-from .optim import Adagrad, Lamb, Lamb16, Lars
+from .optim import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 
 __version__ = "0.3.0"
 
-__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "fuse_optimizer", "mark_layerwise", "ops", "reference",
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad", "fuse_optimizer", "mark_layerwise", "ops", "reference",
            "cpu_capability", "set_cpu_capability", "compile_path", "set_compile_path"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")

@@ -24,8 +24,9 @@ from torch import Tensor
 from . import _private
 from .spec import SPECS
 
-__all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "lamb_reduce_", "lamb_apply_",
-           "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_", "clip_factor", "run_checks"]
+__all__ = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "novograd_step_", "lamb_reduce_",
+           "lamb_apply_", "lamb16_reduce_", "lamb16_apply_", "lars_reduce", "lars_apply_", "novograd_reduce_",
+           "novograd_apply_", "clip_factor", "run_checks"]
 
 lamb_step_ = SPECS["lamb_step_"].wrapper()
 lamb16_step_ = SPECS["lamb16_step_"].wrapper()
@@ -37,8 +38,12 @@ lamb16_reduce_ = SPECS["lamb16_reduce_"].wrapper()
 lamb16_apply_ = SPECS["lamb16_apply_"].wrapper()
 lars_reduce = SPECS["lars_reduce"].wrapper()
 lars_apply_ = SPECS["lars_apply_"].wrapper()
-for _fn in (lamb_step_, lamb16_step_, lars_step_, adagrad_step_, lamb_reduce_, lamb_apply_, lamb16_reduce_,
-            lamb16_apply_, lars_reduce, lars_apply_):
+novograd_step_ = SPECS["novograd_step_"].wrapper()
+novograd_reduce_ = SPECS["novograd_reduce_"].wrapper()
+novograd_apply_ = SPECS["novograd_apply_"].wrapper()
+# (every op of spec.py has its wrapper here: tests/test_spec.py checks it)
+for _fn in (lamb_step_, lamb16_step_, lars_step_, adagrad_step_, novograd_step_, lamb_reduce_, lamb_apply_,
+            lamb16_reduce_, lamb16_apply_, lars_reduce, lars_apply_, novograd_reduce_, novograd_apply_):
     _fn.__module__ = __name__
 
 

@@ -15,8 +15,8 @@ from torch import Tensor
 from .rounding import FP8_MAX, TENSORS, element_hash, stochastic_round, tensor_key
 from .spec import SPECS, Role
 
-__all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "lamb_reduce", "lamb_apply", "lamb16_reduce",
-           "lamb16_apply", "lars_reduce", "lars_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode",
+__all__ = ["lamb_step", "lamb16_step", "lars_step", "adagrad_step", "novograd_step", "lamb_reduce", "lamb_apply",
+           "lamb16_reduce", "lamb16_apply", "lars_reduce", "lars_apply", "novograd_reduce", "novograd_apply", "FP8_MAX", "fp8_scale", "fp8_scale_of_amax", "fp8_encode",
            "fp8_decode"]
 
 _FLT_MIN = torch.finfo(torch.float32).tiny
@@ -290,3 +290,42 @@ def adagrad_step(a: SimpleNamespace) -> None:
             g = g + a.weight_decay * p
         s.addcmul_(g, g)
         p.sub_(clr * g / (s.sqrt() + a.eps))
+
+
+def _novograd_reduce(a):
+    """NovoGrad pass 1: the steps counted; per tensor ||g / grad_scale||^2 (nothing else written)."""
+    g_sq = []
+    for g, step in zip(a.grads, a.steps):
+        step += 1
+        g = g / a.grad_scale if a.grad_scale is not None else g
+        g_sq.append((g * g).sum())
+    return (g_sq,)
+
+
+def _novograd_apply(a, reductions) -> None:
+    """NovoGrad (Ginsburg et al. 2019; timm's ``NvNovoGrad``), in place: per tensor its second
+    moment v = ||g||^2 on the first step (unless v > 0), else beta2 v + (1 - beta2) ||g||^2 (its running
+    max with ``amsgrad``); u = g / (sqrt(v) + eps) + wd p, times 1 - beta1 with
+    ``grad_averaging``; m = beta1 m + u; p -= lr m (with ``decoupled_decay`` wd leaves u and
+    p *= 1 - lr wd first)."""
+    beta1, beta2 = a.beta1, a.beta2
+    for p, g, m, v, v_max, g_sq in zip(a.params, a.grads, a.exp_avgs, a.exp_avg_sqs, a.max_exp_avg_sqs,
+                                       *reductions):
+        g = g / a.grad_scale if a.grad_scale is not None else g
+        g_sq = g_sq.to(v.dtype)
+        v.copy_(torch.where(v > 0, beta2 * v + (1.0 - beta2) * g_sq, g_sq))
+        if a.amsgrad:
+            torch.maximum(v_max, v, out=v_max)
+        denom = ((v_max if a.amsgrad else v).sqrt() + a.eps).to(p.dtype)
+        u = g / denom
+        if a.weight_decay != 0 and not a.decoupled_decay:
+            u = u + a.weight_decay * p
+        if a.grad_averaging:
+            u = u * (1.0 - beta1)
+        m.mul_(beta1).add_(u)
+        if a.decoupled_decay and a.weight_decay != 0:
+            p.mul_(1.0 - a.lr * a.weight_decay)
+        p.sub_(a.lr * m)
+
+
+novograd_step, novograd_reduce, novograd_apply = _two_phase("novograd_step_", _novograd_reduce, _novograd_apply)

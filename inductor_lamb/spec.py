@@ -31,6 +31,7 @@ into a tensor, and the optimizers check values written into their param groups.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ from torch import Tensor
 
 from . import _C, _private  # noqa: F401  (_C: registers the ops)
 
-__all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "LISTS", "LAMB", "LAMB16", "LARS", "ADAGRAD"]
+__all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "LISTS", "LAMB", "LAMB16", "LARS", "ADAGRAD",
+           "NOVOGRAD"]
 
 
 class Role(Enum):
@@ -273,11 +275,14 @@ _SCHEDULED = {
     "beta2": Arg("beta2", Role.TENSOR, 0.999, hi=1.0, hi_open=True),
     "momentum": Arg("momentum", Role.TENSOR, 0.9),
 }
+# An op family's own defaults of them, where they differ.
+_SCHEDULED_DEFAULTS = {"novograd_step_": {"beta1": 0.95, "beta2": 0.98}}
 _SUMMARIES = {
     "lamb_step_": "One LAMB step (apex FusedLAMB semantics) over whole lists of tensors, in place.",
     "lamb16_step_": "One LAMB16 step (LAMB with float8 moments, no bias correction) over whole lists, in place.",
     "lars_step_": "One LARS step over all layers (PaddlePaddle merged ``lars_momentum`` semantics), in place.",
     "adagrad_step_": "One Adagrad step (exactly torch.optim.Adagrad) over whole lists, in place.",
+    "novograd_step_": "One NovoGrad step (timm's NvNovoGrad: one second moment a layer) over whole lists, in place.",
 }
 _ROLE_DOCS = {
     Role.PARAMS: "updated in place (float32, bfloat16 or float16)",
@@ -305,7 +310,10 @@ def _role(arg: Any, contract: dict[str, Any]) -> Arg:  # (arg: a schema's torch.
     if t == "Optional[List[Tensor]]":
         return Arg(name, Role.MASTER, default, dtype=torch.float32)
     if t == "Tensor":
-        return Arg(name, Role.REDUCTIONS) if name == "reductions" else _SCHEDULED[name]
+        if name == "reductions":
+            return Arg(name, Role.REDUCTIONS)
+        default = _SCHEDULED_DEFAULTS.get(contract["step"], {}).get(name)
+        return _SCHEDULED[name] if default is None else dataclasses.replace(_SCHEDULED[name], default=default)
     role = {"Optional[Tensor]": Role.OPT_TENSOR, "float": Role.FLOAT, "bool": Role.BOOL, "int": Role.INT,
             "List[float]": Role.FLOATS, "List[bool]": Role.BOOLS}[t]
     return Arg(name, role, default, lo=-math.inf if name in contract["signed"] else 0.0)
@@ -350,4 +358,4 @@ for _step in _SUMMARIES:
     for _name in (_c["step"], _c["reduce"], _c["apply"]):
         if _name:
             SPECS[_name] = _spec(_name)
-LAMB, LAMB16, LARS, ADAGRAD = (SPECS[n] for n in _SUMMARIES)
+LAMB, LAMB16, LARS, ADAGRAD, NOVOGRAD = (SPECS[n] for n in _SUMMARIES)

@@ -218,6 +218,10 @@ OP_CASES = {
                                           layer_adaptation=[True, False, True] * 3)),
     "adagrad": ("adagrad_step_", dict(lr_decay=0.01, weight_decay=0.1)),
     "adagrad_maximize": ("adagrad_step_", dict(maximize=True, grad_scale=torch.tensor(8.0))),
+    "novograd": ("novograd_step_", dict(weight_decay=0.01)),
+    "novograd_all_options": ("novograd_step_", dict(beta1=0.9, beta2=0.99, eps=1e-6, weight_decay=0.05,
+                                                    grad_averaging=True, amsgrad=True, grad_scale=torch.tensor(4.0))),
+    "novograd_decoupled": ("novograd_step_", dict(weight_decay=0.1, decoupled_decay=True, grad_averaging=True)),
 }
 # State lists whose values are >= 0 (second moments, Adagrad's sums)
 NONNEGATIVE = ("exp_avg_sqs", "state_sums")
@@ -241,7 +245,8 @@ def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | Non
         elif a.role is Role.STATE:
             t = [x.clone() for x in (v if a.name in NONNEGATIVE else m)]
         elif a.role is Role.SCALARS:
-            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6,
+                     "exp_avg_sqs": 0.3, "max_exp_avg_sqs": 0.35}[a.name]  # (NovoGrad's v: one a layer)
             t = [torch.tensor(value) for _ in shapes]
         elif a.role is Role.REDUCTIONS:  # plausible (positive) partial reductions
             out.append(torch.rand(len(shapes), len(SPECS[name].reductions), generator=torch.Generator().manual_seed(seed)) + 0.1)

@@ -30,16 +30,20 @@ def test_each_schema_is_literal_text_in_one_file(name):
     assert torch._C.parse_schema(f"lamb::{declared}") == SPECS[name].op._schema
 
 
-@pytest.mark.parametrize("hyper", ["trust_clip", "always_adapt", "grad_averaging"])
-def test_a_hyperparameter_lives_in_five_files(hyper):
-    """Its declaration (csrc/ops.cpp), the optimizer's constructor, and its use in
-    the math of reference.py, _inductor/lamb.py and csrc/common/lamb.h (the integrations with
-    other frameworks aside: they map those frameworks' option names, such as timm's, to ours)."""
+@pytest.mark.parametrize("hyper", ["trust_clip", "always_adapt", "grad_averaging", "amsgrad"])
+def test_a_hyperparameter_lives_in_its_families_files(hyper):
+    """Its declaration (csrc/ops.cpp), the math of reference.py, and per op family that takes it
+    the optimizer's constructor and its use in the math of _inductor/<family>.py and
+    csrc/common/<family>.h (the integrations with other frameworks aside: they map those
+    frameworks' option names, such as timm's, to ours)."""
     integrations = ROOT / "inductor_lamb" / "integrations"
     files = sorted(p.relative_to(ROOT).as_posix() for p in SOURCES
                    if integrations not in p.parents and re.search(rf"\b{hyper}\b", p.read_text()))
-    assert files == ["csrc/common/lamb.h", "csrc/ops.cpp", "inductor_lamb/_inductor/lamb.py",
-                     "inductor_lamb/optim/lamb.py", "inductor_lamb/reference.py"]
+    families = {s.family for s in SPECS.values() if hyper in s.names}
+    assert families
+    assert files == sorted(["csrc/ops.cpp", "inductor_lamb/reference.py",
+                            *(f for fam in families for f in (f"csrc/common/{fam}.h", f"inductor_lamb/_inductor/{fam}.py",
+                                                               f"inductor_lamb/optim/{fam}.py"))])
 
 
 def test_no_exec_in_the_package():

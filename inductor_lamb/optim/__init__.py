@@ -2,5 +2,6 @@ from .adagrad import Adagrad
 from .lamb import Lamb
 from .lamb16 import Lamb16
 from .lars import Lars
+from .novograd import NovoGrad
 
-__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars"]
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad"]
