@@ -305,7 +305,7 @@ def _novograd_reduce(a):
 def _novograd_apply(a, reductions) -> None:
     """NovoGrad (Ginsburg et al. 2019; timm's ``NvNovoGrad``), in place: per tensor its second
     moment v = ||g||^2 on the first step (unless v > 0), else beta2 v + (1 - beta2) ||g||^2 (its running
-    max with ``amsgrad``); u = g / (sqrt(v) + eps) + wd p, times 1 - beta1 with
+    max, kept either way, is the denominator's with ``amsgrad``); u = g / (sqrt(v) + eps) + wd p, times 1 - beta1 with
     ``grad_averaging``; m = beta1 m + u; p -= lr m (with ``decoupled_decay`` wd leaves u and
     p *= 1 - lr wd first)."""
     beta1, beta2 = a.beta1, a.beta2
@@ -314,8 +314,7 @@ def _novograd_apply(a, reductions) -> None:
         g = g / a.grad_scale if a.grad_scale is not None else g
         g_sq = g_sq.to(v.dtype)
         v.copy_(torch.where(v > 0, beta2 * v + (1.0 - beta2) * g_sq, g_sq))
-        if a.amsgrad:
-            torch.maximum(v_max, v, out=v_max)
+        v_max.copy_(torch.where(v_max < v, v, v_max))  # (kept either way; read with amsgrad)
         denom = ((v_max if a.amsgrad else v).sqrt() + a.eps).to(p.dtype)
         u = g / denom
         if a.weight_decay != 0 and not a.decoupled_decay:

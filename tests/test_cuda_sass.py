@@ -47,7 +47,7 @@ def test_every_chunk_kernel_reads_and_writes_16_bytes_at_a_time(tmp_path):
     for arch in {r["arch"] for r in rows}:
         kernels = {r["kernel"] for r in rows if r["arch"] == arch}
         for op, passes in {"lamb": ("pass1", "pass2"), "lamb16": ("pass1", "pass2"), "lars": ("norms", "update"),
-                           "adagrad": ("update",), "engine": ("grad_sumsq",)}.items():
+                           "adagrad": ("update",), "novograd": ("norms", "update"), "engine": ("grad_sumsq",)}.items():
             for p in passes:  # every op's chunk kernels, in all six param variants
                 assert len({k for k in kernels if k.startswith(f"{op}.{p}<")}) == 6, (arch, op, p)
     for r in rows:
@@ -63,6 +63,7 @@ def test_every_chunk_kernel_reads_and_writes_16_bytes_at_a_time(tmp_path):
     ("lamb_step_", False, 3), ("lamb_step_", True, 5), ("lamb_reduce_", False, 2), ("lamb_apply_", False, 2),
     ("lamb16_step_", False, 3), ("lamb16_reduce_", False, 2), ("lamb16_apply_", False, 2),
     ("lars_step_", False, 3), ("lars_reduce", False, 2), ("lars_apply_", False, 2), ("adagrad_step_", False, 2),
+    ("novograd_step_", False, 3), ("novograd_reduce_", False, 2), ("novograd_apply_", False, 2),
 ])
 def test_launches_per_call(op, clipped, launches):
     assert torch.ops.lamb._cuda_launches(op, clipped) == launches

@@ -144,9 +144,13 @@ def access(ins: Instr) -> tuple[str, str, int] | None:
     return kind, space, width
 
 
+# the CUDA sources, longest name first (lamb16 before lamb): a kernel's file names its op
+CUDA_SOURCES = sorted((f.stem for f in (ROOT / "csrc" / "cuda").glob("*.cu")), key=len, reverse=True)
+
+
 def demangle(name: str) -> str:
     """``lamb16.pass2<bf16, master>`` from a mangled chunk kernel name."""
-    op = re.search(r"_(lamb16|lamb|lars|adagrad|engine)_cu_", name)
+    op = re.search(rf"_({'|'.join(CUDA_SOURCES)})_cu_", name)
     fn = re.search(r"(pass1|pass2|norms|update|grad_sumsq)I", name)
     var = re.search(r"ParamI(f|6__half|13__nv_bfloat16)Lb([01])", name)
     dtype = {"f": "fp32", "6__half": "fp16", "13__nv_bfloat16": "bf16"}[var.group(1)] if var else "?"

@@ -29,14 +29,14 @@ constexpr int kReductions = 1;  // per tensor: ||g||^2 (a sum over shards)
 
 // The layer's second moments after this step from g_sq = ||g / grad_scale||^2: v = g_sq unless
 // v > 0 (the first step: timm's test of v == 0), else beta2 v + (1 - beta2) g_sq; v_max its
-// running max.
+// running max (kept with or without amsgrad, which decides which one the denominator reads).
 struct Moments {
   float v, v_max;
 };
 INDUCTOR_LAMB_HD Moments moments(const Hyper& h, float v, float v_max, double g_sq) {
   const double beta2 = *h.beta2;
   const float nv = v > 0.f ? float(beta2 * v + (1.0 - beta2) * g_sq) : float(g_sq);
-  return {nv, h.amsgrad ? max_of(v_max, nv) : v_max};
+  return {nv, max_of(v_max, nv)};
 }
 
 // The grads' multiplier in u: 1 / (grad_scale (sqrt(v) + eps)), v the running max with amsgrad.

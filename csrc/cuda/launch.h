@@ -10,6 +10,7 @@
 #include "common/lamb.h"
 #include "common/lamb16.h"
 #include "common/lars.h"
+#include "common/novograd.h"
 
 namespace inductor_lamb::cuda {
 
@@ -87,4 +88,7 @@ INDUCTOR_LAMB_CUDA_LAUNCHER(lars, reduce);
 INDUCTOR_LAMB_CUDA_LAUNCHER(lars, apply);
 INDUCTOR_LAMB_CUDA_LAUNCHER(lars, step);
 INDUCTOR_LAMB_CUDA_LAUNCHER(adagrad, step);
+INDUCTOR_LAMB_CUDA_LAUNCHER(novograd, reduce);
+INDUCTOR_LAMB_CUDA_LAUNCHER(novograd, apply);
+INDUCTOR_LAMB_CUDA_LAUNCHER(novograd, step);
 }

@@ -236,6 +236,13 @@ struct LarsCall : CudaCall<lars::Hyper> {
   explicit LarsCall(const OpArgs& a) : CudaCall(a, &lars::hyper_of<OpArgs>, kLaunchers, {0u, 0b1u}, &per_param) {}
 };
 
+struct NovogradCall : CudaCall<novograd::Hyper> {
+  static constexpr Launchers<novograd::Hyper> kLaunchers{
+      inductor_lamb_cuda_novograd_reduce, inductor_lamb_cuda_novograd_apply, inductor_lamb_cuda_novograd_step};
+  // reduce writes only the steps (never copied); apply the params, m (and v, v_max: 0-d, written in place)
+  explicit NovogradCall(const OpArgs& a) : CudaCall(a, &novograd::hyper_of<OpArgs>, kLaunchers, {0u, 0b1u}) {}
+};
+
 struct AdagradCall : CudaCall<adagrad::Hyper> {
   static constexpr Launchers<adagrad::Hyper> kLaunchers{nullptr, nullptr, inductor_lamb_cuda_adagrad_step};
   explicit AdagradCall(const OpArgs& a) : CudaCall(a, &adagrad::hyper_of<OpArgs>, kLaunchers) {}
@@ -290,6 +297,7 @@ TORCH_LIBRARY_IMPL(lamb, CUDA, m) {
   register_cuda_family<Lamb16Call, lamb16::Hyper>(m, "lamb16_step_");
   register_cuda_family<LarsCall, lars::Hyper>(m, "lars_step_");
   register_cuda_family<AdagradCall, adagrad::Hyper>(m, "adagrad_step_");
+  register_cuda_family<NovogradCall, novograd::Hyper>(m, "novograd_step_");
 }
 
 }  // namespace inductor_lamb::cuda

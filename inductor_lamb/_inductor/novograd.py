@@ -28,19 +28,17 @@ def novograd_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
 
 
 def novograd_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
-    """Pass 2: each tensor's second moment v (||g||^2 unless v > 0, else its EMA; the running
-    max with amsgrad) from the reductions, then m = beta1 m + u, p = keep p - lr m."""
+    """Pass 2: each tensor's second moment v (||g||^2 unless v > 0, else its EMA) and its running
+    max (the denominator's with amsgrad) from the reductions, then m = beta1 m + u, p = keep p - lr m."""
     (g_sq,) = reductions
     v_old, v_max_old = list(a.exp_avg_sqs), list(a.max_exp_avg_sqs)
     ema = B.add(B.mul(v_old, a.beta2), B.mul(g_sq, B.one_minus(a.beta2)))
     v = B.scalar(B.where_positive(v_old, v_old, ema, g_sq))
-    v_max = v_max_old
-    if a.amsgrad:
-        grew = B.sub(v, v_max_old)
-        v_max = B.scalar(B.where_positive(grew, grew, v, v_max_old))
+    grew = B.sub(v, v_max_old)
+    v_max = B.scalar(B.where_positive(grew, grew, v, v_max_old))  # (kept either way; read with amsgrad)
     inv_denom = B.scalar(B.reciprocal(B.add(B.sqrt(v_max if a.amsgrad else v), a.eps)))
     B.assign(a.exp_avg_sqs, v)
-    B.assign(a.max_exp_avg_sqs, v_max)  # (unchanged without amsgrad: the op writes it either way, as its schema says)
+    B.assign(a.max_exp_avg_sqs, v_max)
     g = scaled_grads(B, a.grads, a.grad_scale)
     p = master_or_params(B, a.params, a.master_params)
     u = B.mul(g, inv_denom)

@@ -57,8 +57,8 @@ class NovoGrad(FusedOptimizer):
         {unscale_in_step_arg}
 
     State per parameter: ``step`` (0-d float32), ``exp_avg`` (float32, like the param),
-    ``exp_avg_sq`` and ``max_exp_avg_sq`` (0-d float32; the latter read with ``amsgrad``), and
-    ``master_param`` with ``master_weights``.
+    ``exp_avg_sq`` and ``max_exp_avg_sq`` (0-d float32: ``v`` and its running maximum, which the
+    denominator reads with ``amsgrad``), and ``master_param`` with ``master_weights``.
     """
 
     _ops = OpFamily.of(NOVOGRAD)
