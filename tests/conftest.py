@@ -16,7 +16,7 @@ from torch import nn
 from torch._inductor.utils import run_and_get_code
 
 import inductor_lamb  # (registers torch.ops.lamb.*)
-from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
+from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 from inductor_lamb.spec import SPECS, Role
 
 # Property-based tests (test_properties.py): "ci", a fixed seed and a budget of about a
@@ -279,7 +279,7 @@ def eager_call(name, args, lr, kwargs):
 def code_summary(name: str, n_params: int) -> str:
     shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(n_params)]
     case = {"lamb_step_": "lamb", "lamb16_step_": "lamb16", "lars_step_": "lars_grad_scale",
-            "adagrad_step_": "adagrad"}[name]
+            "adagrad_step_": "adagrad", "novograd_step_": "novograd"}[name]
     _, args, kwargs = op_args(case, shapes=shapes)
     torch._dynamo.reset()
     _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)
@@ -299,6 +299,7 @@ STEP_OPTIMIZERS = {
     "Lamb16": (Lamb16, dict(lr=0.02, weight_decay=0.01)),
     "Lars": (Lars, dict(lr=0.3, weight_decay=1e-3)),
     "Adagrad": (Adagrad, dict(lr=0.05, weight_decay=1e-4)),
+    "NovoGrad": (NovoGrad, dict(lr=0.01, weight_decay=1e-3)),
 }
 
 

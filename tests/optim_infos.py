@@ -89,6 +89,17 @@ def _adagrad_inputs(device=None, dtype=None):
     )
 
 
+def _novograd_inputs(device=None, dtype=None):
+    return _layerwise_inputs(
+        {"lr": 0.01},
+        ("betas", {"betas": (0.8, 0.99)}),
+        ("weight_decay", {"weight_decay": 0.1}),
+        ("decoupled_decay", {"weight_decay": 0.1, "decoupled_decay": True}),
+        ("grad_averaging", {"grad_averaging": True}),
+        ("amsgrad", {"amsgrad": True, "weight_decay": 0.1}),
+    )
+
+
 def _error(kwargs: dict, error_type: type, regex: str, desc: str = "", params=None) -> ErrorOptimizerInput:
     return ErrorOptimizerInput(OptimizerInput(params=params, kwargs=kwargs, desc=desc or regex),
                                error_type=error_type, error_regex=regex)
@@ -143,6 +154,15 @@ def _adagrad_errors(device, dtype):
             _error({"lr": 1e-2, "eps": -0.5}, ValueError, "Invalid epsilon value: -0.5")]
 
 
+def _novograd_errors(device, dtype):
+    return [*_adam_like_errors(device, dtype),
+            _error({"lr": 1e-2, "norm_type": 0.0}, ValueError, "norm_type=0.0 .* is not supported"),
+            _error({"lr": 1e-2, "bias_correction": True}, ValueError, "bias_correction=True .* is not supported"),
+            _error({"lr": 1e-2, "init_zero": True}, ValueError, "init_zero=True .* is not supported"),
+            _error({"lr": 1e-2, "reg_inside_moment": False}, ValueError,
+                   "reg_inside_moment=False .* is not supported: .*decoupled_decay=True")]
+
+
 _SCHEDULERS = ([lambda opt: StepLR(opt, gamma=0.9, step_size=10), lambda opt: ReduceLROnPlateau(opt)],)
 
 
@@ -158,6 +178,7 @@ INFOS: list[OptimizerInfo] = [
     _info(inductor_lamb.Lars, _lars_inputs, _lars_errors),
     _info(inductor_lamb.Adagrad, _adagrad_inputs, _adagrad_errors, supports_sparse=True,
           metadata_for_sparse=({"lr": 0.1, "weight_decay": 0, "lr_decay": 0}, [])),
+    _info(inductor_lamb.NovoGrad, _novograd_inputs, _novograd_errors),
 ]
 
 __all__ = ["INFOS", "OptimizerErrorEnum"]

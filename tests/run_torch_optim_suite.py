@@ -48,8 +48,11 @@ def main() -> int:
     result = unittest.TextTestRunner(verbosity=0, stream=open("/dev/null", "w")).run(unittest.TestSuite(tests))
     failed = {t.id(): err for t, err in (*result.failures, *result.errors)}
     by_optimizer: dict[str, list[int]] = {}
+    from optim_infos import INFOS
+
+    NAMES = [info.optim_cls.__name__ for info in INFOS]
     for t in tests:
-        name = next((n for n in ("Lamb16", "Lamb", "Lars", "Adagrad") if f"_{n}_" in t.id()), "other")
+        name = next((n for n in NAMES if f"_{n}_" in t.id()), "other")
         counts = by_optimizer.setdefault(name, [0, 0, 0])
         skipped = any(s.id() == t.id() for s, _ in result.skipped)
         counts[2 if skipped else 1 if t.id() in failed else 0] += 1

@@ -16,7 +16,7 @@ class TestGeneratedCode(expecttest.TestCase):
         no external call, no tensor-sized temporary."""
         lines = [
             f"{name} x{n}: {code_summary(name, n)}"
-            for name in ("lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_")
+            for name in ("lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "novograd_step_")
             for n in (3, 12)
         ]
         # 100 LAMB params: Inductor starts a new C++ function every 500 arguments (faster
@@ -31,6 +31,8 @@ lars_step_ x3: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
 lars_step_ x12: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
 adagrad_step_ x3: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
 adagrad_step_ x12: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
+novograd_step_ x3: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
+novograd_step_ x12: 1 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)
 lamb_step_ x100: 3 kernel(s), 0 external lamb call(s), 0 temporary buffer(s)""")
 
     def test_fallback_paths_code(self):
