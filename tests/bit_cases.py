@@ -42,6 +42,9 @@ def _lists(op: str, variant: str, seed: int):
                       [(v / s).to(torch.float8_e5m2) for v, s in zip(states[1], v_scales)], m_scales, v_scales]
     elif op == "lars":
         states = [[randn(s, torch.float32, gen, 0.01) for s in MIXED_SHAPES]]
+    elif op == "novograd":  # m, and per tensor v and its max (0 on every other tensor: its first step)
+        v = [torch.tensor(0.0 if i % 2 else float(torch.rand((), generator=gen)) + 0.1) for i in range(len(MIXED_SHAPES))]
+        states = [[randn(s, torch.float32, gen, 0.01) for s in MIXED_SHAPES], v, [t * 1.5 for t in v]]
     else:
         states = [[(torch.rand(s, generator=gen, dtype=torch.float64) + 0.1).float() for s in MIXED_SHAPES]]
     if variant.startswith("f32_"):
@@ -71,9 +74,14 @@ CONFIGS = {
                           layer_adaptation=[True, False] * 4 + [True], rescale_grad=0.5, eps=1e-3),
     },
     "adagrad": {"default": {}, "decay_maximize": dict(lr_decay=0.1, weight_decay=0.05, eps=1e-6, maximize=True)},
+    "novograd": {"default": dict(weight_decay=0.01),
+                 "options": dict(beta1=0.9, beta2=0.99, eps=1e-6, weight_decay=0.05, grad_averaging=True, amsgrad=True,
+                                 grad_scale=4.0),
+                 "decoupled": dict(weight_decay=0.1, decoupled_decay=True, seed=7)},
 }
 
-_TENSOR_HYPERS = {"lamb": ("beta1", "beta2"), "lamb16": ("beta1", "beta2"), "lars": ("momentum",), "adagrad": ()}
+_TENSOR_HYPERS = {"lamb": ("beta1", "beta2"), "lamb16": ("beta1", "beta2"), "lars": ("momentum",), "adagrad": (),
+                  "novograd": ("beta1", "beta2")}
 _TENSOR_DEFAULTS = {"beta1": 0.9, "beta2": 0.999, "momentum": 0.9}
 
 

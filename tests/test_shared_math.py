@@ -28,6 +28,7 @@ def lib(tmp_path_factory):
     lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]
     lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32, i32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
+    lib.novograd_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, i32, i32, i32, f32]
     lib.rounding_both_ways.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.round_params.argtypes = [i64, i32, ctypes.c_uint32, ptr, ptr, ptr, ptr]
     return lib
@@ -199,3 +200,31 @@ def test_adagrad(lib, kw, cap, set_cap):
     for s, o, r in ((s_p, o_p, r_p), (s_s, o_s, r_s)):
         close(s, o)
         close(s, r)
+
+
+@pytest.mark.parametrize("cap", ["best", "default"])
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.05, grad_averaging=True, amsgrad=True),
+                                dict(weight_decay=0.1, decoupled_decay=True, eps=1e-6)])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_novograd(lib, kw, scale, cap, set_cap):
+    set_cap(cap)
+    p, m = tensors(5, 1.0, 0.01)
+    hyp = dict(beta1=0.95, beta2=0.98, eps=1e-8, weight_decay=0.0, grad_averaging=False, amsgrad=False,
+               decoupled_decay=False) | kw
+    s_p, s_m, s_v = p.clone(), m.clone(), torch.zeros(2)
+    o_p, o_m, o_v, o_vmax, steps = p.clone(), m.clone(), torch.tensor(0.0), torch.tensor(0.0), [torch.tensor(0.0)]
+    r_p, r_m, r_v, r_vmax = p.double(), m.double(), torch.tensor(0.0).double(), torch.tensor(0.0).double()
+    for i, lr in enumerate(LRS):
+        # a shrinking grad: v's EMA falls below its running max, which amsgrad's denominator keeps
+        (g,) = tensors(50 + i, 1.0 / (i + 1))
+        lib.novograd_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), lr, hyp["beta1"], hyp["beta2"], hyp["eps"],
+                          hyp["weight_decay"], int(hyp["grad_averaging"]), int(hyp["amsgrad"]),
+                          int(hyp["decoupled_decay"]), 1.0 / scale)
+        torch.ops.lamb.novograd_step_([o_p], [g], [o_m], [o_v], [o_vmax], steps, torch.tensor(lr),
+                                      grad_scale=torch.tensor(scale), **raw_op_kwargs("novograd_step_", hyp))
+        reference.novograd_step([r_p], [g.double() / scale], [r_m], [r_v], [r_vmax], [torch.tensor(0.0).double()],
+                                lr=lr, **hyp)
+    for s, o, r in ((s_p, o_p, r_p), (s_m, o_m, r_m), (s_v[0], o_v, r_v), (s_v[1], o_vmax, r_vmax)):
+        close(s, o)
+        close(s, r)
+    assert s_v[1] >= s_v[0] and (s_v[1] > s_v[0]) == (len(LRS) > 1)  # the max kept, and above v by now

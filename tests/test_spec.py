@@ -141,6 +141,11 @@ BAD = {
     "lars_rescale_nan": ("lars_step_", _kw(rescale_grad=float("nan")), "invalid rescale_grad nan"),
     "adagrad_lr_decay": ("adagrad_step_", _kw(lr_decay=-0.1), "invalid lr_decay -0.1"),
     "adagrad_state_dtype": ("adagrad_step_", _set(2, 2, lambda t: t.double()), "state_sums[2] has dtype Double, expected Float"),
+    "novograd_v_not_0d": ("novograd_step_", _set(3, 1, lambda t: t.reshape(1)), "exp_avg_sqs[1] must be a 0-d tensor, got shape [1]"),
+    "novograd_v_max_dtype": ("novograd_step_", _set(4, 2, lambda t: t.double()), "max_exp_avg_sqs[2] must be float32, got Double"),
+    "novograd_m_shape": ("novograd_step_", _set(2, 0, lambda t: t.t().contiguous()),
+                         "exp_avgs[0] has shape [4, 3] but params[0] has shape [3, 4]"),
+    "novograd_beta1_shape": ("novograd_step_", _kw(beta1=lambda: torch.ones(2)), "beta1 must be a 0-d tensor, got shape [2]"),
     # the two-phase ops check what their one-call op checks, under their own name, then the reductions
     "reduce_grad_shape": ("lamb_reduce_", _set(1, 1, lambda t: torch.randn(6)),
                           "grads[1] has shape [6] but params[1] has shape [5]"),
@@ -166,6 +171,8 @@ BAD = {
     "grad_is_param": ("lamb16_step_", lambda a, k: _alias(a, (1, 0), (0, 0)), "params[0] and grads[0] share memory"),
     "master_is_param": ("adagrad_step_", lambda a, k: k.__setitem__("master_params", list(a[0])),
                         "params[0] and master_params[0] share memory"),
+    "v_twice": ("novograd_apply_", lambda a, k: _alias(a, (3, 2), (4, 1)), "exp_avg_sqs[2] and max_exp_avg_sqs[1] share memory"),
+    "novograd_reduce_eps": ("novograd_reduce_", _kw(eps=-1.0), "invalid eps -1, expected a value in [0, inf]"),
     "step_twice": ("lamb_reduce_", lambda a, k: _alias(a, (4, 2), (4, 0)), "steps[0] and steps[2] share memory"),
 }
 

@@ -9,6 +9,7 @@
 #include "common/lamb.h"
 #include "common/lamb16.h"
 #include "common/lars.h"
+#include "common/novograd.h"
 #include "common/rounding.h"
 
 using namespace inductor_lamb;
@@ -132,6 +133,24 @@ void adagrad_step(int64_t n, float* p, const float* g, float* sum, double step, 
   const adagrad::Hyper h{lr_decay, weight_decay, eps, bool(maximize)};
   const adagrad::Elem<float> e(adagrad::clr(lr, step, lr_decay), h, adagrad::grad_mul(h, inv_grad_scale));
   for (int64_t i = 0; i < n; ++i) p[i] = e.step(g[i], p[i], sum[i]);
+}
+
+// NovoGrad, one tensor: vs = {v, v_max} in and out (one number per tensor); inv_grad_scale = 1 / grad_scale.
+void novograd_step(int64_t n, float* p, const float* g, float* m, float* vs, double lr, float beta1, float beta2,
+                   double eps, double weight_decay, int grad_averaging, int amsgrad, int decoupled_decay,
+                   float inv_grad_scale) {
+  const novograd::Hyper h{&beta1, &beta2, eps, weight_decay, bool(grad_averaging), bool(amsgrad), bool(decoupled_decay),
+                          false, 0};
+  double g_sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gs = g[i] * inv_grad_scale;
+    g_sq += double(gs) * gs;
+  }
+  const novograd::Moments mo = novograd::moments(h, vs[0], vs[1], as_f32(g_sq));
+  vs[0] = mo.v;
+  vs[1] = mo.v_max;
+  const novograd::Elem<float> e(h, novograd::grad_mul(h, mo, inv_grad_scale), float(lr), novograd::keep(h, lr));
+  for (int64_t i = 0; i < n; ++i) p[i] = e.step(g[i], p[i], m[i]);
 }
 
 }  // extern "C"
