@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
+from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 
 LRS = [1e-2, 8e-3, 1.2e-2, 5e-3, 9e-3, 7e-3]
 
@@ -22,6 +22,7 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "lars": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, exclude_from_weight_decay=["bias"],
                             exclude_from_layer_adaptation=["norm"]),
     "adagrad": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3),
+    "novograd": lambda ps: NovoGrad(ps, lr=LRS[0], weight_decay=1e-3, grad_averaging=True),
 }
 
 

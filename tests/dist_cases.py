@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import inductor_lamb
-from inductor_lamb import Adagrad, Lamb, Lamb16, Lars
+from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import assert_tensor_close  # noqa: E402
@@ -37,6 +37,8 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "lars": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, exclude_from_weight_decay=["bias"]),
     "lars_plain": lambda ps: Lars(ps, lr=LRS[0], weight_decay=1e-3, lars_coeff=0.01),
     "adagrad": lambda ps: Adagrad(ps, lr=LRS[0], weight_decay=1e-3),
+    "novograd": lambda ps: NovoGrad(ps, lr=LRS[0], weight_decay=1e-3, amsgrad=True),
+    "novograd_sr_bf16": lambda ps: NovoGrad(ps, lr=LRS[0], weight_decay=1e-2, decoupled_decay=True, seed=5),
 }
 
 
@@ -291,7 +293,7 @@ def bad_input(rank: int, world: int) -> None:
             if p.grad is None:
                 p.grad = distribute_tensor(torch.randn(p.shape, generator=gen), p.device_mesh, list(p.placements)) \
                     if isinstance(p, DTensor) else torch.randn(p.shape, generator=gen)
-        for opt_name in ("lamb", "lamb16", "lars", "adagrad"):
+        for opt_name in ("lamb", "lamb16", "lars", "adagrad", "novograd"):
             opt = OPTIMIZERS[opt_name]([(f"layer{i}.weight", p) for i, p in enumerate(params)])
             if prepare:
                 prepare(opt)

@@ -30,15 +30,15 @@ def test_every_stage_and_optimizer_matches_unsharded_at_two_ranks():
 
 
 def test_layer_wise_optimizers_at_three_ranks():
-    spawn("exact", 3, ["lamb_clip", "lamb16", "lars"], [1, 2, 3])
+    spawn("exact", 3, ["lamb_clip", "lamb16", "lars", "novograd"], [1, 2, 3])
 
 
 def test_accumulation_clipping_offload_and_bf16():
-    spawn("features", 2, ["lamb", "lamb16", "lars"], timeout=400)
+    spawn("features", 2, ["lamb", "lamb16", "lars", "novograd"], timeout=400)
 
 
 def test_checkpoints_resume_bit_for_bit(tmp_path):
-    spawn("checkpoint", 2, ["lamb", "lamb16", "lars"], [1, 2, 3], str(tmp_path))
+    spawn("checkpoint", 2, ["lamb", "lamb16", "lars", "novograd"], [1, 2, 3], str(tmp_path))
 
 
 def test_unmappable_flat_params_are_refused():

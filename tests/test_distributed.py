@@ -41,18 +41,18 @@ def test_dtensor_params_on_2d_meshes():
 def test_strided_and_2d_layouts_match_whole_tensors(world, shapes):
     """_StridedShard (FSDP2 over tensor parallel), Shard x Shard, Replicate x Shard and uneven
     shards: every optimizer's step equals the whole-tensor one (norms, amaxes, the clip)."""
-    names = ["lamb", "lamb_clip", "lamb16", "lars_plain", "adagrad", "lamb_sr_bf16"]
+    names = ["lamb", "lamb_clip", "lamb16", "lars_plain", "adagrad", "novograd", "lamb_sr_bf16"]
     spawn("dtensor_layouts", world, names, shapes, timeout=300)
 
 
 def test_fsdp2_matches_single_process_and_grad_scaler():
     """FSDP2 at world size 2 (world size 3: the DTensor test above and the DCP resume);
     GradScaler with an inf in one rank's shard skips the step on every rank."""
-    spawn("fsdp_exact", 2, ["lamb_clip", "lamb16", "lars", "adagrad"], ["lamb", "lamb16", "lars"])
+    spawn("fsdp_exact", 2, ["lamb_clip", "lamb16", "lars", "adagrad", "novograd"], ["lamb", "lamb16", "lars", "novograd"])
 
 
 def test_fsdp2_frozen_and_gradless_groups():
-    spawn("fsdp_gaps", 2, ["lamb_clip", "lamb16", "lars", "adagrad"])
+    spawn("fsdp_gaps", 2, ["lamb_clip", "lamb16", "lars", "adagrad", "novograd"])
 
 
 def test_bad_sharding_raises_naming_the_param():
@@ -62,7 +62,7 @@ def test_bad_sharding_raises_naming_the_param():
 
 
 def test_dcp_checkpoint_resumes_at_another_world_size(tmp_path):
-    names = ["lamb", "lamb16", "lars"]
+    names = ["lamb", "lamb16", "lars", "novograd"]
     spawn("dcp_save", 2, names, str(tmp_path))
     spawn("dcp_resume", 3, names, str(tmp_path))
 
@@ -102,4 +102,4 @@ def test_compiled_fsdp2_step_compiles_once_and_matches_eager(tmp_path, path):
 
 
 def test_ddp_and_zero_redundancy_optimizer_match_single_process():
-    spawn("ddp_and_zero", 2, ["lamb_clip", "lamb", "lamb16", "lars_plain", "adagrad"])
+    spawn("ddp_and_zero", 2, ["lamb_clip", "lamb", "lamb16", "lars_plain", "adagrad", "novograd"])

@@ -1,6 +1,6 @@
 """The optimizers inside training frameworks: Lightning's Trainer with gradient
-clipping under mixed precision (fit, checkpoint, resume), and HF Trainer's
-max_grad_norm. Each runs when its framework is installed."""
+clipping under mixed precision (fit, checkpoint, resume), LightningCLI building them by class
+path, and HF Trainer's max_grad_norm. Each runs when its framework is installed."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import STEP_OPTIMIZERS
+
 import inductor_lamb
 
-OPTIMIZERS = {"Lamb": dict(lr=0.01), "Lamb16": dict(lr=0.01), "Lars": dict(lr=0.5, lars_coeff=0.02),
-              "Adagrad": dict(lr=0.05)}
+OPTIMIZERS = {name: kwargs for name, (_, kwargs) in STEP_OPTIMIZERS.items()}
 
 
 def _lightning():
@@ -89,6 +90,41 @@ def test_lightning_clipping_checkpoint_and_resume(name, precision, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(seen["params"], first.parameters()))
     assert all(not torch.equal(a, b) for a, b in zip(seen["params"], resumed.parameters()))
     assert all(torch.isfinite(p).all() for p in resumed.parameters())
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_lightning_cli_builds_each_optimizer_by_class_path(name, tmp_path):
+    """``LightningCLI`` with ``--optimizer inductor_lamb.<Name>`` and its options on the command
+    line (jsonargparse reads the constructor's signature, the shared options too)."""
+    pl = _lightning()
+    if importlib.util.find_spec("jsonargparse") is None:
+        pytest.skip("needs jsonargparse (pip install 'jsonargparse[signatures]')")
+    from lightning.pytorch.cli import LightningCLI
+
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def train_dataloader(self):
+            return _data()
+
+    options = [f"--optimizer.{k}={v}" for k, v in OPTIMIZERS[name].items()]
+    cli = LightningCLI(Regression, save_config_callback=None, args=[
+        "fit", f"--optimizer=inductor_lamb.{name}", *options, "--optimizer.master_weights=true",
+        "--trainer.max_steps=3", "--trainer.accelerator=cpu", "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={tmp_path}"])
+    opt = cli.trainer.optimizers[0]
+    assert type(opt) is getattr(inductor_lamb, name) and cli.trainer.global_step == 3
+    group = opt.param_groups[0]
+    assert all(float(group[k]) == pytest.approx(v) for k, v in OPTIMIZERS[name].items()) and opt.defaults["master_weights"]
+    assert all(opt.state[p].get("step", 3) == 3 and "master_param" not in opt.state[p] for p in cli.model.parameters())
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
