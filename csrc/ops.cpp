@@ -199,19 +199,22 @@ TORCH_LIBRARY(lamb, m) {
       "lamb_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool decoupled_decay=False, float max_lr=0.0, float max_grad_norm=0.0, bool stochastic_rounding=True, "
+      "int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(e!)[]? master_params=None) -> ()");
   m.def(
       "lamb_reduce_(Tensor[] params, Tensor[] grads, Tensor(a!)[] exp_avgs, Tensor(b!)[] exp_avg_sqs, "
       "Tensor(c!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool decoupled_decay=False, float max_lr=0.0, float max_grad_norm=0.0, bool stochastic_rounding=True, "
+      "int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor[]? master_params=None) -> Tensor");
   m.def(
       "lamb_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] steps, "
       "Tensor reductions, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-06, float weight_decay=0.01, "
       "bool bias_correction=True, bool grad_averaging=True, bool always_adapt=False, bool trust_clip=False, "
-      "float max_grad_norm=0.0, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool decoupled_decay=False, float max_lr=0.0, float max_grad_norm=0.0, bool stochastic_rounding=True, "
+      "int seed=0, Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(b!)[]? master_params=None) -> ()");
   m.def(
       "lamb16_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
@@ -251,20 +254,21 @@ TORCH_LIBRARY(lamb, m) {
   m.def(
       "novograd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-08, "
-      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, "
+      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, float max_lr=0.0, "
       "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, Tensor? found_inf=None, "
       "Tensor(f!)[]? master_params=None) -> ()");
   m.def(
       "novograd_reduce_(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, "
       "Tensor[] max_exp_avg_sqs, Tensor(a!)[] steps, Tensor lr, Tensor beta1, Tensor beta2, float eps=1e-08, "
-      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, "
+      "float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, bool decoupled_decay=False, float max_lr=0.0, "
       "bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, Tensor? found_inf=None, "
       "Tensor[]? master_params=None) -> Tensor");
   m.def(
       "novograd_apply_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] max_exp_avg_sqs, Tensor[] steps, Tensor reductions, Tensor lr, Tensor beta1, Tensor beta2, "
       "float eps=1e-08, float weight_decay=0.0, bool grad_averaging=False, bool amsgrad=False, "
-      "bool decoupled_decay=False, bool stochastic_rounding=True, int seed=0, Tensor? grad_scale=None, "
+      "bool decoupled_decay=False, float max_lr=0.0, bool stochastic_rounding=True, int seed=0, "
+      "Tensor? grad_scale=None, "
       "Tensor? found_inf=None, Tensor(e!)[]? master_params=None) -> ()");
   m.def(
       "adagrad_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] steps, Tensor lr, "

@@ -91,15 +91,25 @@ def _lamb_grads(a) -> list[Tensor]:
     return gs
 
 
+def _decay_keep(a):
+    """The param's factor before an update under decoupled weight decay: ``1 - s wd`` with
+    ``s = lr``, or ``lr^2 / max_lr`` where ``max_lr > 0`` (timm's ``corrected_weight_decay``);
+    ``None`` without decoupled decay or weight decay."""
+    if not a.decoupled_decay or a.weight_decay == 0:
+        return None
+    s = a.lr * a.lr / a.max_lr if a.max_lr > 0 else a.lr
+    return 1.0 - s * a.weight_decay
+
+
 def _lamb_update(a, p: Tensor, m: Tensor, v: Tensor, step: Tensor) -> Tensor:
-    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p."""
+    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p (no wd p under decoupled decay)."""
     if a.bias_correction:
         bc1 = 1.0 - torch.pow(a.beta1, step).to(p.dtype)
         bc2 = 1.0 - torch.pow(a.beta2, step).to(p.dtype)
         u = (m / bc1) / ((v / bc2).sqrt() + a.eps)
     else:
         u = m / (v.sqrt() + a.eps)
-    return u + a.weight_decay * p if a.weight_decay != 0 else u
+    return u + a.weight_decay * p if a.weight_decay != 0 and not a.decoupled_decay else u
 
 
 def _lamb_reduce(a):
@@ -121,10 +131,15 @@ def _lamb_reduce(a):
 
 
 def _lamb_apply(a, reductions) -> None:
-    """LAMB (NVIDIA apex FusedLAMB semantics, adam_w_mode=True), in place."""
+    """LAMB (NVIDIA apex FusedLAMB semantics, adam_w_mode=True), in place. With
+    ``decoupled_decay`` (timm's), p *= keep first and the trust ratio reads the decayed p."""
     adapt = a.weight_decay != 0 or a.always_adapt
+    keep = _decay_keep(a)
     for p, m, v, step, p_sq, u_sq in zip(a.params, a.exp_avgs, a.exp_avg_sqs, a.steps, *reductions):
         u = _lamb_update(a, p, m, v, step)
+        if keep is not None:
+            p.mul_(keep)
+            p_sq = p_sq * keep * keep
         if adapt:
             p_norm, u_norm = p_sq.sqrt().to(p.dtype), u_sq.sqrt().to(p.dtype)
             ratio = torch.where((p_norm > 0) & (u_norm > 0), p_norm / u_norm, torch.ones_like(p_norm))
@@ -307,8 +322,9 @@ def _novograd_apply(a, reductions) -> None:
     moment v = ||g||^2 on the first step (unless v > 0), else beta2 v + (1 - beta2) ||g||^2 (its running
     max, kept either way, is the denominator's with ``amsgrad``); u = g / (sqrt(v) + eps) + wd p, times 1 - beta1 with
     ``grad_averaging``; m = beta1 m + u; p -= lr m (with ``decoupled_decay`` wd leaves u and
-    p *= 1 - lr wd first)."""
+    p *= :func:`_decay_keep` first)."""
     beta1, beta2 = a.beta1, a.beta2
+    keep = _decay_keep(a)
     for p, g, m, v, v_max, g_sq in zip(a.params, a.grads, a.exp_avgs, a.exp_avg_sqs, a.max_exp_avg_sqs,
                                        *reductions):
         g = g / a.grad_scale if a.grad_scale is not None else g
@@ -322,8 +338,8 @@ def _novograd_apply(a, reductions) -> None:
         if a.grad_averaging:
             u = u * (1.0 - beta1)
         m.mul_(beta1).add_(u)
-        if a.decoupled_decay and a.weight_decay != 0:
-            p.mul_(1.0 - a.lr * a.weight_decay)
+        if keep is not None:
+            p.mul_(keep)
         p.sub_(a.lr * m)
 
 

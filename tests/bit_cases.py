@@ -63,6 +63,7 @@ CONFIGS = {
         "clip_scale": dict(max_grad_norm=1.0, grad_scale=2.0),
         "options": dict(bias_correction=False, grad_averaging=False, trust_clip=True, weight_decay=0.1),
         "eps0_adapt": dict(eps=0.0, weight_decay=0.0, always_adapt=True),
+        "decoupled": dict(weight_decay=0.1, decoupled_decay=True, max_lr=0.03, seed=3),
     },
     # (recorded before stochastic rounding existed: pinned to round to nearest)
     "lamb16": {"default": dict(stochastic_rounding=False),

@@ -206,6 +206,8 @@ OP_CASES = {
     "lamb": ("lamb_step_", dict(weight_decay=0.01)),
     "lamb_all_options": ("lamb_step_", dict(beta1=0.8, beta2=0.99, eps=1e-5, weight_decay=0.1, trust_clip=True,
                                             max_grad_norm=1.0, grad_scale=torch.tensor(4.0))),
+    "lamb_decoupled": ("lamb_step_", dict(weight_decay=0.1, decoupled_decay=True)),
+    "lamb_corrected_decay": ("lamb_step_", dict(weight_decay=0.2, decoupled_decay=True, max_lr=0.05, trust_clip=True)),
     "lamb_no_bias_correction_always_adapt": (
         "lamb_step_", dict(weight_decay=0.0, bias_correction=False, grad_averaging=False, always_adapt=True)),
     "lamb16": ("lamb16_step_", dict(weight_decay=0.01)),
@@ -222,6 +224,7 @@ OP_CASES = {
     "novograd_all_options": ("novograd_step_", dict(beta1=0.9, beta2=0.99, eps=1e-6, weight_decay=0.05,
                                                     grad_averaging=True, amsgrad=True, grad_scale=torch.tensor(4.0))),
     "novograd_decoupled": ("novograd_step_", dict(weight_decay=0.1, decoupled_decay=True, grad_averaging=True)),
+    "novograd_corrected_decay": ("novograd_step_", dict(weight_decay=0.1, decoupled_decay=True, max_lr=0.03)),
 }
 # State lists whose values are >= 0 (second moments, Adagrad's sums)
 NONNEGATIVE = ("exp_avg_sqs", "state_sums")

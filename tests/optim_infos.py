@@ -49,6 +49,8 @@ def _lamb_inputs(device=None, dtype=None):
         ("no bias_correction", {"bias_correction": False}),
         ("no grad_averaging", {"grad_averaging": False}),
         ("max_grad_norm", {"max_grad_norm": 0.5}),
+        ("decoupled_decay", {"weight_decay": 0.1, "decoupled_decay": True}),
+        ("corrected_weight_decay", {"weight_decay": 0.1, "decoupled_decay": True, "corrected_weight_decay": True}),
     )
 
 
@@ -97,6 +99,7 @@ def _novograd_inputs(device=None, dtype=None):
         ("decoupled_decay", {"weight_decay": 0.1, "decoupled_decay": True}),
         ("grad_averaging", {"grad_averaging": True}),
         ("amsgrad", {"amsgrad": True, "weight_decay": 0.1}),
+        ("corrected_weight_decay", {"weight_decay": 0.1, "decoupled_decay": True, "corrected_weight_decay": True}),
     )
 
 
@@ -125,8 +128,15 @@ def _adam_like_errors(device, dtype):
             _error({"lr": 1e-2, "weight_decay": -1.0}, ValueError, "Invalid weight_decay value: -1.0")]
 
 
+def _decoupled_decay_errors() -> list[ErrorOptimizerInput]:
+    return [_error({"lr": 1e-2, "corrected_weight_decay": True}, ValueError,
+                   "corrected_weight_decay=True needs decoupled_decay=True"),
+            _error({"lr": 0.0, "decoupled_decay": True, "corrected_weight_decay": True}, ValueError,
+                   "corrected_weight_decay=True needs a positive lr")]
+
+
 def _lamb_errors(device, dtype):
-    return [*_adam_like_errors(device, dtype),
+    return [*_adam_like_errors(device, dtype), *_decoupled_decay_errors(),
             _error({"lr": 1e-2, "max_grad_norm": -1.0}, ValueError, "Invalid max_grad_norm value: -1.0")]
 
 
@@ -155,7 +165,7 @@ def _adagrad_errors(device, dtype):
 
 
 def _novograd_errors(device, dtype):
-    return [*_adam_like_errors(device, dtype),
+    return [*_adam_like_errors(device, dtype), *_decoupled_decay_errors(),
             _error({"lr": 1e-2, "norm_type": 0.0}, ValueError, "norm_type=0.0 .* is not supported"),
             _error({"lr": 1e-2, "bias_correction": True}, ValueError, "bias_correction=True .* is not supported"),
             _error({"lr": 1e-2, "init_zero": True}, ValueError, "init_zero=True .* is not supported"),

@@ -796,11 +796,16 @@ def test_loads_apex_fused_lamb_layout_and_warns_what_does_not_carry_over():
     assert all(float(s["step"]) == 2.0 for s in twin.state.values())
     assert twin.param_groups[0]["max_grad_norm"] == 1.0
     timm_like = copy.deepcopy(apex)
-    timm_like["param_groups"][0].update(caution=True, decoupled_decay=True, foreach=None, max_lr_snapshot=0.01)
+    timm_like["param_groups"][0].update(caution=True, decoupled_decay=True, corrected_weight_decay=True, foreach=None,
+                                        max_lr_snapshot=0.02)
     timm_like["param_groups"].append({**timm_like["param_groups"][0], "params": []})
-    with pytest.warns(UserWarning, match="caution=True .*; decoupled_decay=True .*") as record:
-        inductor_lamb.Lamb([{"params": twin_params}, {"params": []}]).load_state_dict(timm_like)
+    adopter = inductor_lamb.Lamb([{"params": twin_params}, {"params": []}])
+    with pytest.warns(UserWarning, match="caution=True .* not supported") as record:
+        adopter.load_state_dict(timm_like)
     assert "max_grad_norm clips by the grad norm of each param group" in str(record[0].message)
+    assert "decoupled_decay" not in str(record[0].message)  # (timm's decoupled decay, corrected: taken as is)
+    group = adopter.param_groups[0]
+    assert group["decoupled_decay"] is True and group["max_lr"] == 0.02 and "max_lr_snapshot" not in group
 
 
 # ---- torch.amp and training frameworks ----------------------------------------------------------

@@ -10,9 +10,8 @@ import importlib.util
 
 import pytest
 import torch
-from torch import nn
-
 from conftest import STEP_OPTIMIZERS
+from torch import nn
 
 import inductor_lamb
 

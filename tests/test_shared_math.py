@@ -24,11 +24,11 @@ def lib(tmp_path_factory):
     # -ffp-contract=off: plain float rounding of every operation (no FMA), the scalar baseline
     lib = host_library(tmp_path_factory, "scalar_math.cpp", "-ffp-contract=off")
     i64, f32, f64, i32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
-    lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, f32]
+    lib.lamb_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f64, f32, f32, f64, f64, i32, i32, i32, i32, i32, f64, f32]
     lib.lamb16_step.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, f32, i32, i64, f32]
     lib.lars_step.argtypes = [i64, ptr, ptr, ptr, f64, f32, f64, f64, f64, f64, i32, f32, i32]
     lib.adagrad_step.argtypes = [i64, ptr, ptr, ptr, f64, f64, f64, f64, f64, i32, f32]
-    lib.novograd_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, i32, i32, i32, f32]
+    lib.novograd_step.argtypes = [i64, ptr, ptr, ptr, ptr, f64, f32, f32, f64, f64, f64, i32, i32, i32, f32]
     lib.rounding_both_ways.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.round_params.argtypes = [i64, i32, ctypes.c_uint32, ptr, ptr, ptr, ptr]
     return lib
@@ -61,7 +61,9 @@ def close(a, b, rtol=2e-5, atol=2e-6):
 
 @pytest.mark.parametrize("cap", ["best", "default"])
 @pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1, trust_clip=True, grad_scale=4.0),
-                                dict(bias_correction=False, grad_averaging=False, weight_decay=0.0, always_adapt=True)])
+                                dict(bias_correction=False, grad_averaging=False, weight_decay=0.0, always_adapt=True),
+                                dict(weight_decay=0.2, decoupled_decay=True),
+                                dict(weight_decay=0.2, decoupled_decay=True, max_lr=0.04, trust_clip=True)])
 def test_lamb(lib, kw, cap, set_cap):
     set_cap(cap)
     p, g, m = tensors(1, 1.0, 1.0, 0.1)
@@ -74,11 +76,13 @@ def test_lamb(lib, kw, cap, set_cap):
     r_steps = [torch.tensor(0.0, dtype=torch.float64)]
     hyp = dict(eps=1e-6, weight_decay=kw.get("weight_decay", 0.01), bias_correction=kw.get("bias_correction", True),
                grad_averaging=kw.get("grad_averaging", True), always_adapt=kw.get("always_adapt", False),
-               trust_clip=kw.get("trust_clip", False))
+               trust_clip=kw.get("trust_clip", False), decoupled_decay=kw.get("decoupled_decay", False),
+               max_lr=kw.get("max_lr", 0.0))
     for t, lr in enumerate(LRS, 1):
         lib.lamb_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), float(t), lr, 0.9, 0.999, hyp["eps"],
-                      hyp["weight_decay"], *(int(hyp[k]) for k in ("bias_correction", "grad_averaging",
-                                                                  "always_adapt", "trust_clip")), 1.0 / scale)
+                      hyp["weight_decay"], *(int(hyp[k]) for k in ("bias_correction", "grad_averaging", "always_adapt",
+                                                                  "trust_clip", "decoupled_decay")), hyp["max_lr"],
+                      1.0 / scale)
         torch.ops.lamb.lamb_step_([o_p], [g], [o_m], [o_v], steps, torch.tensor(lr),
                                   grad_scale=torch.tensor(scale), **raw_op_kwargs("lamb_step_", hyp))
         reference.lamb_step([r_p], [r_g], [r_m], [r_v], r_steps, lr=lr, **hyp)
@@ -204,13 +208,14 @@ def test_adagrad(lib, kw, cap, set_cap):
 
 @pytest.mark.parametrize("cap", ["best", "default"])
 @pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.05, grad_averaging=True, amsgrad=True),
-                                dict(weight_decay=0.1, decoupled_decay=True, eps=1e-6)])
+                                dict(weight_decay=0.1, decoupled_decay=True, eps=1e-6),
+                                dict(weight_decay=0.1, decoupled_decay=True, max_lr=0.03, amsgrad=True)])
 @pytest.mark.parametrize("scale", [1.0, 4.0])
 def test_novograd(lib, kw, scale, cap, set_cap):
     set_cap(cap)
     p, m = tensors(5, 1.0, 0.01)
     hyp = dict(beta1=0.95, beta2=0.98, eps=1e-8, weight_decay=0.0, grad_averaging=False, amsgrad=False,
-               decoupled_decay=False) | kw
+               decoupled_decay=False, max_lr=0.0) | kw
     s_p, s_m, s_v = p.clone(), m.clone(), torch.zeros(2)
     o_p, o_m, o_v, o_vmax, steps = p.clone(), m.clone(), torch.tensor(0.0), torch.tensor(0.0), [torch.tensor(0.0)]
     r_p, r_m, r_v, r_vmax = p.double(), m.double(), torch.tensor(0.0).double(), torch.tensor(0.0).double()
@@ -218,7 +223,7 @@ def test_novograd(lib, kw, scale, cap, set_cap):
         # a shrinking grad: v's EMA falls below its running max, which amsgrad's denominator keeps
         (g,) = tensors(50 + i, 1.0 / (i + 1))
         lib.novograd_step(N, ptr(s_p), ptr(g), ptr(s_m), ptr(s_v), lr, hyp["beta1"], hyp["beta2"], hyp["eps"],
-                          hyp["weight_decay"], int(hyp["grad_averaging"]), int(hyp["amsgrad"]),
+                          hyp["weight_decay"], hyp["max_lr"], int(hyp["grad_averaging"]), int(hyp["amsgrad"]),
                           int(hyp["decoupled_decay"]), 1.0 / scale)
         torch.ops.lamb.novograd_step_([o_p], [g], [o_m], [o_v], [o_vmax], steps, torch.tensor(lr),
                                       grad_scale=torch.tensor(scale), **raw_op_kwargs("novograd_step_", hyp))

@@ -52,12 +52,13 @@ def test_registered_names_build_the_package_optimizers(timm):
     names = timm.optim.list_optimizers()
     for name, cls in {"inductorlamb": il_timm.TimmLamb, "inductorlambc": il_timm.TimmLamb,
                       "inductorlamb16": il_timm.TimmLamb16, "inductorlars": il_timm.TimmLars,
-                      "inductoradagrad": il_timm.TimmAdagrad}.items():
+                      "inductoradagrad": il_timm.TimmAdagrad, "inductornovograd": il_timm.TimmNovoGrad}.items():
         assert name in names
         # timm's API promises classes: get_optimizer_class, get_optimizer_info().opt_class
         assert timm.optim.get_optimizer_class(name, bind_defaults=False) is cls
         assert timm.optim.get_optimizer_info(name).opt_class is cls
-        assert issubclass(cls, (inductor_lamb.Lamb, inductor_lamb.Lamb16, inductor_lamb.Lars, inductor_lamb.Adagrad))
+        assert issubclass(cls, (inductor_lamb.Lamb, inductor_lamb.Lamb16, inductor_lamb.Lars, inductor_lamb.Adagrad,
+                                inductor_lamb.NovoGrad))
         model, _ = twins(timm)
         opt = timm.optim.create_optimizer_v2(model, name, lr=1e-3, weight_decay=0.05, foreach=True)
         assert type(opt) is cls
@@ -106,6 +107,12 @@ def test_trains_like_timms_own(timm, ours, theirs, kwargs):
     ("inductorlars", "lars", {}),  # timm's defaults: momentum 0.9 (the factory's), no decay, lr 1
     ("inductorlars", "lars", dict(momentum=0.8, weight_decay=1e-3, trust_coeff=0.01)),
     ("inductoradagrad", "adagrad", dict(lr_decay=0.01)),
+    ("inductorlamb", "lamb", dict(decoupled_decay=True, weight_decay=0.05)),  # (timm's lambw)
+    ("inductorlamb", "lamb", dict(decoupled_decay=True, corrected_weight_decay=True, weight_decay=0.05)),
+    ("inductornovograd", "novograd", {}),
+    ("inductornovograd", "novograd", dict(amsgrad=True, grad_averaging=True, betas=(0.9, 0.99))),
+    ("inductornovograd", "novograd", dict(decoupled_decay=True, weight_decay=0.05)),  # (timm's novogradw)
+    ("inductornovograd", "novograd", dict(decoupled_decay=True, corrected_weight_decay=True, weight_decay=0.05)),
 ], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_each_name_steps_like_its_twin(timm, ours, theirs, kwargs):
     """Each name against its timm twin with the same arguments (timm's groups: no decay on

@@ -22,18 +22,15 @@ from inductor_lamb.integrations import timm as il_timm
 il_timm.register()
 
 # our name -> timm's twin, whose convergence settings it takes
-TWINS = {"inductorlamb": "lamb", "inductorlambc": "lambc", "inductorlars": "lars", "inductoradagrad": "adagrad"}
+TWINS = {"inductorlamb": "lamb", "inductorlambc": "lambc", "inductorlars": "lars", "inductoradagrad": "adagrad",
+         "inductornovograd": "novograd"}
 
 # property -> {name pattern: why}, merged into timm's own _PROPERTY_EXCEPTIONS
 EXCEPTIONS: dict[str, dict[str, str]] = {}
 
 # Tests that fail by design (test id pattern: why), run as strict expected failures: one that
-# starts passing fails the run, so this list stays true.
-DIFFERENCES = {
-    **dict.fromkeys(["test_optimizer_grad_unchanged[inductorlamb-*", "test_optimizer_grad_unchanged[inductorlambc-*"],
-                    "it also builds LAMB with decoupled_decay=True, an option inductor_lamb refuses (weight decay "
-                    "stays in the update u)"),
-}
+# starts passing fails the run, so this list stays true. (None today.)
+DIFFERENCES: dict[str, str] = {}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -29,6 +29,13 @@ constexpr int64_t kChunkElems = 16384;
 INDUCTOR_LAMB_HD double min_of(double a, double b) { return b < a ? b : a; }
 INDUCTOR_LAMB_HD float max_of(float a, float b) { return a < b ? b : a; }
 
+// The param's factor before a step's update under decoupled weight decay, p *= 1 - s wd with
+// s = lr, or lr^2 / max_lr where max_lr > 0 (timm's corrected_weight_decay, max_lr the peak lr);
+// 1 without decoupled decay.
+INDUCTOR_LAMB_HD float decay_keep(bool decoupled, double weight_decay, double max_lr, double lr) {
+  return decoupled ? float(1.0 - (max_lr > 0 ? lr * lr / max_lr : lr) * weight_decay) : 1.f;
+}
+
 // The primitives of a value type V the element math uses beyond + - *.
 // float (CUDA kernels, host code) is exact; cpu/vec_engine.h gives the vector ones.
 template <typename V>

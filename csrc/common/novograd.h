@@ -10,6 +10,7 @@ struct Hyper {
   const float* beta1;  // scheduled: 0-d float32 tensors on the op's device
   const float* beta2;
   double eps, weight_decay;
+  double max_lr;             // > 0: decoupled decay scaled lr^2 / max_lr (decay_keep)
   bool grad_averaging;       // u *= 1 - beta1
   bool amsgrad;              // the denominator takes the running max of v
   bool decoupled_decay;      // p *= 1 - lr wd, outside u (else wd p is part of u)
@@ -21,7 +22,8 @@ struct Hyper {
 // common/op_args.h; a template keeps this header free of torch for nvcc).
 template <typename A>
 Hyper hyper_of(const A& a) {
-  return {a.scalar("beta1"), a.scalar("beta2"), a.real("eps"), a.real("weight_decay"), a.flag("grad_averaging"),
+  return {a.scalar("beta1"), a.scalar("beta2"), a.real("eps"), a.real("weight_decay"), a.real("max_lr"),
+          a.flag("grad_averaging"),
           a.flag("amsgrad"), a.flag("decoupled_decay"), a.flag("stochastic_rounding"), a.integer("seed")};
 }
 
@@ -45,8 +47,10 @@ INDUCTOR_LAMB_HD float grad_mul(const Hyper& h, const Moments& m, float inv_grad
   return float(double(inv_grad_scale) / d);
 }
 
-// The param's factor before the update: 1 - lr wd with decoupled decay, else 1.
-INDUCTOR_LAMB_HD float keep(const Hyper& h, double lr) { return h.decoupled_decay ? float(1.0 - lr * h.weight_decay) : 1.f; }
+// The param's factor before the update: 1 - lr wd with decoupled decay (decay_keep), else 1.
+INDUCTOR_LAMB_HD float keep(const Hyper& h, double lr) {
+  return decay_keep(h.decoupled_decay, h.weight_decay, h.max_lr, lr);
+}
 
 // Per element: u = (grad_mul g + wd p) (1 - beta1 with grad averaging; wd 0 with decoupled
 // decay); m = beta1 m + u; p = keep p - lr m.

@@ -20,7 +20,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
       : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stashes=*/true),
         steps_(a.list("steps")),
         coeffs_(c_.n),
-        args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, nullptr} {}
+        args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, 1.f, nullptr} {}
 
   // reduce: steps += 1 and g = grad / grad_scale / clip; apply: the bias
   // corrections of the steps reduce incremented, and lr.
@@ -37,6 +37,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
     }
     if (apply) {
       lr_ = c_.lr();
+      args_.keep = lamb::keep(c_.hyper, lr_);
       c_.param_keys(&steps_);
     }
   }
@@ -51,7 +52,7 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
     reduce_per_tensor(c_.chunks, b, partials.data(), lamb::kReductions, out);
   }
 
-  // Pass 2: p -= lr * r * u.
+  // Pass 2: p = keep p - lr * r * u.
   void apply_block(const Block& b, const double* sq) {
     for (int64_t i = b.t0; i < b.t1; ++i) {
       const double* s = sq + lamb::kReductions * (i - b.t0);

@@ -18,13 +18,14 @@ struct LambArgs {
   ChunkSpan chunks;
   lamb::Consts consts;
   float grad_mul;     // 1 / (grad_scale * clip)
+  float keep;         // the param's factor before the update (lamb::keep; 1 without decoupled decay)
   double* partials;   // pass 1: [chunk][||p||^2, ||u||^2]
   UpdateStash stash;  // one-call step: pass 1 leaves u here, pass 2 reads it back
 };
 
 struct LambKernels {
   void (*pass1)(const LambArgs&);  // m, v update; partial ||p||^2, ||u||^2
-  void (*pass2)(const LambArgs&);  // p -= step_size * u (u recomputed from the new m, v)
+  void (*pass2)(const LambArgs&);  // p = keep p - step_size * u (u recomputed from the new m, v)
 };
 
 }  // namespace inductor_lamb::cpu

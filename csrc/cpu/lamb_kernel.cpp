@@ -52,13 +52,16 @@ void pass2(const LambArgs& args) {
     using T = decltype(tag);
     const LambCoeffs& k = args.coeffs[c.tensor];
     const Elem e(args.consts, k.inv_bc1, k.inv_bc2);
-    const fVec step_size(k.step_size);
+    const fVec step_size(k.step_size), keep(args.keep);
+    const bool decays = args.keep != 1.f;  // (decoupled decay: p scaled before the update)
     T* param = static_cast<T*>(t.param);
     if (const float* stash = stash_of(args.stash, c.tensor)) {  // u from pass 1
       vec_range(
           c.begin, c.end,
           [&](int64_t i, int64_t n) {
-            const F2 p0 = load_param(param, t.master, i, n), u = load2(stash + i, n);
+            F2 p0 = load_param(param, t.master, i, n);
+            const F2 u = load2(stash + i, n);
+            if (decays) p0 = {p0.a * keep, p0.b * keep};
             store_param(param, t.master, i, n, {p0.a - step_size * u.a, p0.b - step_size * u.b});
           },
           static_cast<const T*>(param), t.master, stash);
@@ -71,7 +74,8 @@ void pass2(const LambArgs& args) {
         [&](int64_t i, int64_t n) {
           const F2 p0 = load_param(param, t.master, i, n);
           const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
-          const F2 p{p0.a - step_size * e.update(p0.a, m.a, v.a), p0.b - step_size * e.update(p0.b, m.b, v.b)};
+          const F2 pk = decays ? F2{p0.a * keep, p0.b * keep} : p0;
+          const F2 p{pk.a - step_size * e.update(p0.a, m.a, v.a), pk.b - step_size * e.update(p0.b, m.b, v.b)};
           store_param(t, param, i, n, p, p0, m);  // (a rounded param hashes the new m: pass 2 reads no grad)
         },
         static_cast<const T*>(param), t.master, m_ptr, v_ptr);

@@ -40,7 +40,7 @@ struct Pass1 : Body<P> {
 template <typename P>
 struct Pass2 : Body<P> {
   Elem e;
-  float step_size;
+  float step_size, keep;  // keep: the param's factor before the update (decoupled decay; else 1)
   ParamRound round;
   template <int W>
   __device__ __forceinline__ NoPartials operator()(Width<W>, int64_t i) const {
@@ -50,8 +50,10 @@ struct Pass2 : Body<P> {
     load<W, Access::Stream, float>(t.state[0], i, m);
     load<W, Access::Stream, float>(t.state[1], i, v);
 #pragma unroll
-    for (int j = 0; j < W; ++j)  // (a rounded param hashes the new m, as on CPU)
-      p[j] = round.apply<P>(p[j] - step_size * e.update(p[j], m[j], v[j]), m[j], p[j]);
+    for (int j = 0; j < W; ++j) {  // (a rounded param hashes the new m, as on CPU)
+      const float pk = keep != 1.f ? p[j] * keep : p[j];
+      p[j] = round.apply<P>(pk - step_size * e.update(p[j], m[j], v[j]), m[j], p[j]);
+    }
     P::template store<W, Access::Stream>(t, i, p);
     return {};
   }
@@ -72,10 +74,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pass1(Launch l, lamb::Hy
 template <typename P>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) pass2(Launch l, lamb::Hyper h) {
   const lamb::Consts consts = lamb::consts(h);
+  const float keep = lamb::keep(h, *l.lr);
   for_each_chunk<P>(l, [&](const BlockChunk& c) {
     const float* k = l.coeffs + c.tensor * kCoeffs;
     const Elem e(consts, k[kInvBc1], k[kInvBc2]);
-    walk(c, Pass2<P>{{c.t}, e, k[kStepSize], param_round<P>(h.stochastic_rounding, h.seed, *c.t.step)});
+    walk(c, Pass2<P>{{c.t}, e, k[kStepSize], keep, param_round<P>(h.stochastic_rounding, h.seed, *c.t.step)});
   });
 }
 

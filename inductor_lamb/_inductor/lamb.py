@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .backend import Backend
-from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
+from .step_parts import assign_params, decay_keep, increment_steps, master_or_params, param_rounding, scaled_grads
 
 # The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
 # element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
@@ -33,11 +33,12 @@ def _step_scalars(B: Backend, a: SimpleNamespace, t: list[Any]) -> SimpleNamespa
 
 
 def _update(B: Backend, a: SimpleNamespace, p: list[Any], m: list[Any], v: list[Any], s: SimpleNamespace) -> list[Any]:
-    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p, with the step's scalars ``s``."""
+    """u = (m / bc1) / (sqrt(v / bc2) + eps) + wd p (no wd p under decoupled decay), with the
+    step's scalars ``s``."""
     if a.bias_correction:
         m, v = B.mul(m, s.inv_bc1), B.mul(v, s.inv_bc2)
     u = B.div(m, B.add(B.sqrt(v), a.eps))
-    return B.add(u, B.mul(p, a.weight_decay)) if a.weight_decay != 0 else u
+    return B.add(u, B.mul(p, a.weight_decay)) if a.weight_decay != 0 and not a.decoupled_decay else u
 
 
 def lamb_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
@@ -60,10 +61,14 @@ def lamb_reduce(B: Backend, a: SimpleNamespace) -> list[list[Any]]:
 
 
 def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> None:
-    """Pass 2: p -= lr * r * u with r = ||p|| / ||u|| from the reductions."""
+    """Pass 2: p = keep p - lr * r * u with r = ||keep p|| / ||u|| from the reductions (keep:
+    decoupled decay's factor, else 1)."""
     p = master_or_params(B, a.params, a.master_params)
+    keep = decay_keep(B, a)
     if a.weight_decay != 0 or a.always_adapt:
         p_norm, u_norm = B.sqrt(reductions[0]), B.sqrt(reductions[1])
+        if keep is not None:
+            p_norm = B.mul(p_norm, B.maximum(keep, B.mul(keep, -1.0)))
         ratio = B.where_positive(p_norm, u_norm, B.div(p_norm, u_norm), 1.0)
         if a.trust_clip:
             ratio = B.minimum(ratio, 1.0)
@@ -75,5 +80,5 @@ def lamb_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) -> N
     m = list(a.exp_avgs)
     u = _update(B, a, p, m, list(a.exp_avg_sqs), s)
     # (a rounded param hashes the new m, as the kernels' pass 2, which reads no grad)
-    assign_params(B, a.params, a.master_params, B.sub(p, B.mul(u, step_size)),
+    assign_params(B, a.params, a.master_params, B.sub(p if keep is None else B.mul(p, keep), B.mul(u, step_size)),
                   param_rounding(B, a, m, list(a.steps)))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .backend import Backend
-from .step_parts import assign_params, increment_steps, master_or_params, param_rounding, scaled_grads
+from .step_parts import assign_params, decay_keep, increment_steps, master_or_params, param_rounding, scaled_grads
 
 # The fewest kernels Inductor's foreach groups of this lowering launch per call on CUDA (its
 # element-wise passes, step counts and per-tensor scalars; more tensors per call take more):
@@ -48,9 +48,7 @@ def novograd_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) 
         u = B.mul(u, B.one_minus(a.beta1))
     B.assign(a.exp_avgs, B.add(B.mul(a.exp_avgs, a.beta1), u))
     m = list(a.exp_avgs)
-    if a.decoupled_decay and a.weight_decay != 0:
-        p_new = B.sub(B.mul(p, B.one_minus(B.mul(a.lr, a.weight_decay))), B.mul(m, a.lr))
-    else:
-        p_new = B.sub(p, B.mul(m, a.lr))
+    keep = decay_keep(B, a)
+    p_new = B.sub(p if keep is None else B.mul(p, keep), B.mul(m, a.lr))
     assign_params(B, a.params, a.master_params, p_new,
                   param_rounding(B, a, B.to_float(a.grads), list(a.steps)))  # (the grad as stored)

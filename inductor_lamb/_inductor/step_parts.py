@@ -12,7 +12,7 @@ import torch
 from ..rounding import PARAM_GRIDS, key_of, round_param, tensor_key
 from .backend import Backend
 
-__all__ = ["scaled_grads", "master_or_params", "assign_params", "param_rounding", "increment_steps"]
+__all__ = ["scaled_grads", "master_or_params", "assign_params", "param_rounding", "increment_steps", "decay_keep"]
 
 
 def scaled_grads(B: Backend, grads: list[Any], grad_scale: Any, factor: float = 1.0, max_grad_norm: float = 0.0):
@@ -31,6 +31,16 @@ def scaled_grads(B: Backend, grads: list[Any], grad_scale: Any, factor: float = 
         (clip,) = B.per_tensor([B.scalar(B.maximum(B.div(B.sqrt(total), max_grad_norm), 1.0))], len(g))
         g = B.div(g, clip)
     return g
+
+
+def decay_keep(B: Backend, a: Any) -> Any | None:
+    """The param's factor before the update under decoupled weight decay, ``1 - s wd`` with
+    ``s = lr``, or ``lr^2 / max_lr`` where ``max_lr > 0`` (csrc/common/math.h decay_keep); None
+    without decoupled decay or weight decay."""
+    if not a.decoupled_decay or a.weight_decay == 0:
+        return None
+    s = B.div(B.mul(a.lr, a.lr), a.max_lr) if a.max_lr > 0 else a.lr
+    return B.scalar(B.one_minus(B.mul(s, a.weight_decay)))
 
 
 def master_or_params(B: Backend, params: list[Any], master_params: list[Any] | None):

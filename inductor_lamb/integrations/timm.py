@@ -19,12 +19,15 @@ training. The optimizers come with timm's conventions: no weight decay on biases
 - ``inductorlars`` = timm's ``lars`` (:class:`TimmLars`: timm's ``Lars`` constructor, defaults
   ``lr=1.0``, ``eps=1e-8``, no weight decay; torch SGD's momentum, where the lr scales each
   step, so lr 0 moves nothing: ``Lars(lr_in_momentum=False)``);
+- ``inductornovograd`` = timm's ``novograd`` (:class:`TimmNovoGrad`: ``NvNovoGrad``'s
+  constructor and equations, ``amsgrad``, ``decoupled_decay`` and ``corrected_weight_decay``
+  too);
 - ``inductorlamb16`` (:class:`~inductor_lamb.Lamb16`, which has no timm twin);
 - ``inductoradagrad`` (:class:`~inductor_lamb.Adagrad`, ``torch.optim.Adagrad``'s constructor and
   equations, which timm's ``adagrad`` is).
 
-What cannot match timm is refused with a ``ValueError`` rather than ignored: ``caution``,
-``decoupled_decay`` and ``corrected_weight_decay`` (LAMB); ``nesterov``, ``dampening``,
+What cannot match timm is refused with a ``ValueError`` rather than ignored: ``caution``
+(LAMB); ``nesterov``, ``dampening``,
 ``trust_clip`` and ``always_adapt`` (LARS; timm's ``larc``, ``nlars``, ``nlarc`` have no twin
 here). timm's ``foreach`` switch is accepted and changes nothing: these always step fused.
 ``register(fusedlamb=True)`` also makes timm's ``fusedlamb``, which needs NVIDIA apex, build
@@ -40,10 +43,10 @@ from timm.optim._optim_factory import OptimInfo, OptimizerRegistry, default_regi
 from torch import Tensor
 from typing_extensions import Unpack
 
-from .. import Adagrad, Lamb, Lamb16, Lars
+from .. import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 from ..optim._base import FusedOptions
 
-__all__ = ["NAMES", "TimmLamb", "TimmLars", "TimmLamb16", "TimmAdagrad", "register"]
+__all__ = ["NAMES", "TimmLamb", "TimmLars", "TimmLamb16", "TimmAdagrad", "TimmNovoGrad", "register"]
 
 
 def _refuse(who: str, **options: tuple[Any, Any]) -> None:
@@ -56,7 +59,8 @@ def _refuse(who: str, **options: tuple[Any, Any]) -> None:
 class TimmLamb(Lamb):
     """:class:`~inductor_lamb.Lamb` with the constructor and defaults of timm's ``Lamb`` (the
     ``inductorlamb`` and ``inductorlambc`` names): ``max_grad_norm=1.0`` clips by the norm of
-    the grads of every param group together (``None``: no clipping), as timm's and apex's do."""
+    the grads of every param group together (``None``: no clipping), as timm's and apex's do;
+    ``decoupled_decay`` and ``corrected_weight_decay`` as timm's."""
 
     _clip_spans_groups = True
 
@@ -66,12 +70,12 @@ class TimmLamb(Lamb):
                  always_adapt: bool = False, caution: bool = False, decoupled_decay: bool = False,
                  corrected_weight_decay: bool = False, foreach: bool | None = None,
                  **options: Unpack[FusedOptions]) -> None:
-        _refuse("inductorlamb", caution=(caution, False), decoupled_decay=(decoupled_decay, False),
-                corrected_weight_decay=(corrected_weight_decay, False))
+        _refuse("inductorlamb", caution=(caution, False))
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          bias_correction=bias_correction, grad_averaging=grad_averaging, always_adapt=always_adapt,
                          trust_clip=trust_clip, max_grad_norm=0.0 if max_grad_norm is None else max_grad_norm,
-                         **options)
+                         decoupled_decay=decoupled_decay,
+                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, **options)
 
 
 class TimmLars(Lars):
@@ -113,6 +117,19 @@ class TimmAdagrad(Adagrad):
                          initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize, **options)
 
 
+class TimmNovoGrad(NovoGrad):
+    """:class:`~inductor_lamb.NovoGrad` with the constructor of timm's ``NvNovoGrad`` (the
+    ``inductornovograd`` name), taking timm's ``foreach`` switch."""
+
+    def __init__(self, params: Iterable[Any], lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.95, 0.98),
+                 eps: float = 1e-8, weight_decay: float = 0.0, grad_averaging: bool = False, amsgrad: bool = False,
+                 decoupled_decay: bool = False, corrected_weight_decay: bool = False, foreach: bool | None = None,
+                 **options: Unpack[FusedOptions]) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_averaging=grad_averaging,
+                         amsgrad=amsgrad, decoupled_decay=decoupled_decay,
+                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, **options)
+
+
 # name -> (class, description, timm's argument flags, registry defaults)
 NAMES: dict[str, tuple[type, str, dict[str, bool], dict[str, Any] | None]] = {
     "inductorlamb": (TimmLamb, "timm's lamb as fused custom ops (inductor_lamb)", {"has_betas": True, "has_eps": True},
@@ -124,6 +141,8 @@ NAMES: dict[str, tuple[type, str, dict[str, bool], dict[str, Any] | None]] = {
     "inductorlars": (TimmLars, "timm's lars as fused custom ops (inductor_lamb)", {"has_momentum": True, "has_eps": True},
                      None),
     "inductoradagrad": (TimmAdagrad, "Adagrad as fused custom ops (inductor_lamb.Adagrad)", {"has_eps": True}, None),
+    "inductornovograd": (TimmNovoGrad, "timm's novograd (NvNovoGrad) as fused custom ops (inductor_lamb)",
+                         {"has_betas": True}, None),
 }
 
 

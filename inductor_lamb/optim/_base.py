@@ -31,6 +31,7 @@ from ._scheduled import (
     check_momentum,
     check_nonnegative,
     check_seed,
+    decoupled_decay_options,
     group_device,
     group_dtype,
     group_with_floats,
@@ -38,7 +39,7 @@ from ._scheduled import (
 )
 
 __all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
-           "check_momentum", "check_nonnegative", "check_seed"]
+           "check_momentum", "check_nonnegative", "check_seed", "decoupled_decay_options"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 # Param dtypes the optimizers take: the ops' three, and float64, which steps

@@ -70,6 +70,21 @@ def check_nonnegative(**values: float) -> None:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
+def decoupled_decay_options(lr: Any, decoupled_decay: bool, corrected_weight_decay: bool) -> dict[str, Any]:
+    """The group entries of decoupled weight decay (``p *= 1 - s weight_decay`` before the update,
+    ``s = lr``): ``decoupled_decay``, and ``max_lr``, the peak lr of timm's corrected weight decay
+    (``s = lr^2 / max_lr``: the decay follows the lr schedule squared), the constructor's lr, or 0
+    (uncorrected)."""
+    if not corrected_weight_decay:
+        return dict(decoupled_decay=bool(decoupled_decay), max_lr=0.0)
+    if not decoupled_decay:
+        raise ValueError("corrected_weight_decay=True needs decoupled_decay=True (it scales the decoupled decay)")
+    max_lr = float(lr)
+    if not max_lr > 0.0:
+        raise ValueError(f"corrected_weight_decay=True needs a positive lr (the peak lr), got {max_lr}")
+    return dict(decoupled_decay=True, max_lr=max_lr)
+
+
 def check_seed(seed: Any) -> int:
     """The seed of a stochastic rounding's random bits: any int64."""
     if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:

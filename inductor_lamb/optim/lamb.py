@@ -9,7 +9,7 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from ..spec import LAMB
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative, decoupled_decay_options
 
 __all__ = ["Lamb"]
 
@@ -25,20 +25,27 @@ class Lamb(FusedOptimizer):
         p = p - lr * (||p|| / ||u||) * u
 
     The trust ratio ``||p|| / ||u||`` is per parameter tensor; it is 1 when a
-    norm is zero, or when ``weight_decay == 0`` and ``always_adapt`` is False.
+    norm is zero, or when ``weight_decay == 0`` and ``always_adapt`` is False. With
+    ``decoupled_decay`` (timm's option) the decay leaves ``u`` and scales the param first,
+    ``p *= 1 - lr weight_decay``, and the trust ratio reads that decayed ``p``.
 
     Args:
         params: iterable of parameters or dicts defining parameter groups.
         lr: learning rate (kept as a 0-d tensor so schedulers never force a recompile).
         betas: coefficients of the running averages of the gradient and its square.
         eps: term added to the denominator.
-        weight_decay: decoupled weight decay (AdamW style), part of the update ``u``.
+        weight_decay: AdamW-style weight decay, part of the update ``u`` (scaled by the trust
+            ratio), or applied to the param before it with ``decoupled_decay``.
         bias_correction: apply Adam's bias correction.
         grad_averaging: ``m`` accumulates ``(1 - beta1) g`` (else ``g``).
         always_adapt: use the trust ratio even when ``weight_decay == 0``.
         trust_clip: clip the trust ratio at 1.
         max_grad_norm: if > 0, first clip the gradients by their global norm
             over the param group.
+        decoupled_decay: ``p *= 1 - lr weight_decay`` before the update, outside ``u`` and
+            the trust ratio (timm's ``decoupled_decay``).
+        corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
+            of ``lr`` (timm's), ``max_lr`` the constructor's lr (the group's ``"max_lr"``).
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
         {param_rounding_args}
@@ -64,6 +71,8 @@ class Lamb(FusedOptimizer):
         always_adapt: bool = False,
         trust_clip: bool = False,
         max_grad_norm: float = 0.0,
+        decoupled_decay: bool = False,
+        corrected_weight_decay: bool = False,
         **options: Unpack[FusedOptions],
     ) -> None:
         check_betas(betas)
@@ -71,7 +80,7 @@ class Lamb(FusedOptimizer):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
-            max_grad_norm=max_grad_norm,
+            max_grad_norm=max_grad_norm, **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay),
         )
         super().__init__(params, defaults, **options)
 
@@ -86,12 +95,10 @@ class Lamb(FusedOptimizer):
                          "timm and apex")
         if group.pop("caution", False):
             notes.append("caution=True (cautious masking) is not supported: the steps go on without it")
-        decoupled = group.pop("decoupled_decay", False)
-        group.pop("corrected_weight_decay", None)
-        group.pop("max_lr_snapshot", None)
-        if decoupled and group.get("weight_decay", 0) != 0:
-            notes.append("decoupled_decay=True is not supported: weight decay stays inside the update u "
-                         "(scaled by the trust ratio)")
+        corrected = group.pop("corrected_weight_decay", False)
+        max_lr = group.pop("max_lr_snapshot", None)
+        group["decoupled_decay"] = bool(group.get("decoupled_decay", False))
+        group["max_lr"] = float(max_lr) if corrected and group["decoupled_decay"] and max_lr else 0.0
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         return notes

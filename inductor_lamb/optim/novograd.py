@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from ..spec import NOVOGRAD
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative
+from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative, decoupled_decay_options
 
 __all__ = ["NovoGrad"]
 
@@ -47,6 +47,8 @@ class NovoGrad(FusedOptimizer):
         amsgrad: divide by the running maximum of ``v`` (``max_exp_avg_sq``).
         decoupled_decay: apply weight decay as ``p *= 1 - lr weight_decay`` outside ``u``
             (AdamW style; apex's ``reg_inside_moment=False``).
+        corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
+            of ``lr`` (timm's), ``max_lr`` the constructor's lr (the group's ``"max_lr"``).
         norm_type: apex ``FusedNovoGrad``'s option, accepted at its L2 value (2) only.
         bias_correction: apex's option, accepted as ``False`` only.
         init_zero: apex's option, accepted as ``False`` only.
@@ -76,6 +78,7 @@ class NovoGrad(FusedOptimizer):
         amsgrad: bool = False,
         *,
         decoupled_decay: bool = False,
+        corrected_weight_decay: bool = False,
         norm_type: float = 2.0,
         bias_correction: bool = False,
         init_zero: bool = False,
@@ -91,6 +94,6 @@ class NovoGrad(FusedOptimizer):
         check_nonnegative(eps=eps, weight_decay=weight_decay)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_averaging=bool(grad_averaging),
-            amsgrad=bool(amsgrad), decoupled_decay=bool(decoupled_decay),
+            amsgrad=bool(amsgrad), **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay),
         )
         super().__init__(params, defaults, **options)

@@ -24,9 +24,9 @@ extern "C" {
 // LAMB, one tensor: step is the incremented step count t; grad_mul = 1 / (grad_scale * clip).
 void lamb_step(int64_t n, float* p, const float* g, float* m, float* v, double step, double lr, float beta1,
                float beta2, double eps, double weight_decay, int bias_correction, int grad_averaging,
-               int always_adapt, int trust_clip, float grad_mul) {
+               int always_adapt, int trust_clip, int decoupled_decay, double max_lr, float grad_mul) {
   const lamb::Hyper h{&beta1, &beta2, eps, weight_decay, 0.0, bool(bias_correction), bool(grad_averaging),
-                      bool(always_adapt), bool(trust_clip)};
+                      bool(always_adapt), bool(trust_clip), bool(decoupled_decay), max_lr, false, 0};
   const lamb::Elem<float> e(lamb::consts(h), lamb::inv_bias_correction(beta1, step, h.bias_correction),
                             lamb::inv_bias_correction(beta2, step, h.bias_correction));
   double p_sq = 0, u_sq = 0;
@@ -36,8 +36,11 @@ void lamb_step(int64_t n, float* p, const float* g, float* m, float* v, double s
     p_sq += double(p[i]) * p[i];
     u_sq += double(u) * u;
   }
-  const float step_size = lamb::step_size(h, lr, as_f32(p_sq), as_f32(u_sq));
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] - step_size * e.update(p[i], m[i], v[i]);
+  const float step_size = lamb::step_size(h, lr, as_f32(p_sq), as_f32(u_sq)), keep = lamb::keep(h, lr);
+  for (int64_t i = 0; i < n; ++i) {
+    const float pk = keep != 1.f ? p[i] * keep : p[i];
+    p[i] = pk - step_size * e.update(p[i], m[i], v[i]);
+  }
 }
 
 // LAMB16, one tensor: m8 / v8 hold the decoded float8 codes on entry and the
@@ -137,10 +140,10 @@ void adagrad_step(int64_t n, float* p, const float* g, float* sum, double step, 
 
 // NovoGrad, one tensor: vs = {v, v_max} in and out (one number per tensor); inv_grad_scale = 1 / grad_scale.
 void novograd_step(int64_t n, float* p, const float* g, float* m, float* vs, double lr, float beta1, float beta2,
-                   double eps, double weight_decay, int grad_averaging, int amsgrad, int decoupled_decay,
-                   float inv_grad_scale) {
-  const novograd::Hyper h{&beta1, &beta2, eps, weight_decay, bool(grad_averaging), bool(amsgrad), bool(decoupled_decay),
-                          false, 0};
+                   double eps, double weight_decay, double max_lr, int grad_averaging, int amsgrad,
+                   int decoupled_decay, float inv_grad_scale) {
+  const novograd::Hyper h{&beta1, &beta2, eps, weight_decay, max_lr, bool(grad_averaging), bool(amsgrad),
+                          bool(decoupled_decay), false, 0};
   double g_sq = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float gs = g[i] * inv_grad_scale;
