@@ -1,5 +1,5 @@
 """TorchTitan with this package's optimizers: TorchTitan's own llama3 configs, their AdamW
-replaced by Lamb (or Lamb16, Lars, Adagrad) through inductor_lamb.integrations.torchtitan.
+replaced by Lamb (or Lamb16, Lars, Adagrad, NovoGrad) through inductor_lamb.integrations.torchtitan.
 
     pip install torchtitan==0.3.0        # (TorchTitan 0.3.0 needs torch 2.14)
     # from this checkout's root, on a GPU machine: FSDP2 x tensor parallel on 8 GPUs

@@ -95,8 +95,8 @@ def test_checked_lamb_fails_on_shard_norms(assets, tmp_path):
 
 
 def test_every_optimizer_trains_under_fsdp2_x_tensor_parallel(assets, tmp_path):
-    """Lamb16 on the attention, Lars on the feed-forward layers, Adagrad on the rest: one
-    container of three optimizers, as TorchTitan's param group patterns make it."""
+    """Lamb16 on the attention, Lars on the feed-forward layers, NovoGrad on the norms, Adagrad on
+    the rest: one container of four optimizers, as TorchTitan's param group patterns make it."""
     losses = train(assets, tmp_path / "mixed", 4, "mixed", *FSDP2, *TP)
     # (four steps on changing batches: the later losses below the first, not each below the last)
     assert len(losses) == 4 and all(v == v for v in losses.values()) and min(losses[3], losses[4]) < losses[1], losses

@@ -5,7 +5,8 @@ TorchTitan expects an accelerator.
 
 Environment: ``TITAN_ASSETS`` (a folder with ``tokenizer/`` and ``data/``, made by
 ``make_assets``), ``TITAN_OPTIMIZER`` (``Lamb``, ``Lamb16``, ``Lars``, ``Adagrad``, ``ReferenceLamb``,
-``CheckedLamb``: ``Lamb`` with each step checked against a whole-tensor LAMB's, or ``mixed``: Lamb16 on the attention, Lars on the feed-forward layers, Adagrad on the rest).
+``CheckedLamb``: ``Lamb`` with each step checked against a whole-tensor LAMB's, or ``mixed``: Lamb16 on the
+attention, Lars on the feed-forward layers, NovoGrad on the norms, Adagrad on the rest).
 """
 
 from __future__ import annotations
@@ -210,12 +211,13 @@ def debug_model():
     kwargs = {"Lamb": dict(lr=2e-2, weight_decay=0.01), "ReferenceLamb": dict(lr=2e-2, weight_decay=0.01),
               "CheckedLamb": dict(lr=2e-2, weight_decay=0.01),
               "Lamb16": dict(lr=1e-2, weight_decay=0.01), "Lars": dict(lr=0.5, weight_decay=1e-4),
-              "Adagrad": dict(lr=2e-2)}
+              "Adagrad": dict(lr=2e-2), "NovoGrad": dict(lr=1e-2, weight_decay=1e-3)}
     group = layerwise("Lamb").param_groups[0].__class__  # (TorchTitan's ParamGroupConfig)
     if name == "mixed":  # one optimizer per part of the model, all in one container
         config.optimizer = _container().Config(param_groups=[
             group(pattern=r"attention", optimizer_name="Lamb16", optimizer_kwargs=kwargs["Lamb16"]),
             group(pattern=r"feed_forward", optimizer_name="Lars", optimizer_kwargs=kwargs["Lars"]),
+            group(pattern=r"norm", optimizer_name="NovoGrad", optimizer_kwargs=kwargs["NovoGrad"]),
             group(pattern=r".*", optimizer_name="Adagrad", optimizer_kwargs=kwargs["Adagrad"])])
     elif name in ("ReferenceLamb", "CheckedLamb"):
         config.optimizer = _container().Config(param_groups=[group(pattern=".*", optimizer_name=name,

@@ -1,4 +1,4 @@
-"""TorchTitan: train with ``Lamb``, ``Lamb16``, ``Lars`` or ``Adagrad``.
+"""TorchTitan: train with ``Lamb``, ``Lamb16``, ``Lars``, ``Adagrad`` or ``NovoGrad``.
 
 TorchTitan builds its optimizers by name from a fixed table of its ``OptimizersContainer``.
 :class:`OptimizersContainer` here is that container with this package's optimizers added to the
@@ -29,12 +29,12 @@ from typing import Any
 from torch.optim import Optimizer
 from torchtitan.components import optimizer as _titan
 
-from .. import Adagrad, Lamb, Lamb16, Lars
+from .. import optim
 
 __all__ = ["OPTIMIZERS", "OptimizersContainer", "layerwise"]
 
 # This package's optimizers, by the names a TorchTitan config uses.
-OPTIMIZERS: dict[str, type[Optimizer]] = {"Lamb": Lamb, "Lamb16": Lamb16, "Lars": Lars, "Adagrad": Adagrad}
+OPTIMIZERS: dict[str, type[Optimizer]] = {cls.__name__: cls for cls in optim.OPTIMIZERS}
 _IMPLEMENTATION = ("fused", "foreach")  # (TorchTitan's implementation switches, in every group)
 
 
@@ -48,8 +48,8 @@ def _factory(cls: type[Optimizer]) -> Callable[..., Optimizer]:
 
 
 class OptimizersContainer(_titan.OptimizersContainer):
-    """TorchTitan's optimizers container, also building ``Lamb``, ``Lamb16``, ``Lars`` and
-    ``Adagrad`` by name (``ParamGroupConfig.optimizer_name``)."""
+    """TorchTitan's optimizers container, also building this package's optimizers (``Lamb``,
+    ``Lamb16``, ``Lars``, ``Adagrad``, ``NovoGrad``) by name (``ParamGroupConfig.optimizer_name``)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(_titan.OptimizersContainer.Config):
@@ -63,7 +63,7 @@ class OptimizersContainer(_titan.OptimizersContainer):
 
 
 def layerwise(name: str = "Lamb", *, pattern: str = r".*", **kwargs: Any) -> OptimizersContainer.Config:
-    """A config of one ``name`` optimizer (``"Lamb"``, ``"Lamb16"``, ``"Lars"``, ``"Adagrad"``)
+    """A config of one ``name`` optimizer (a key of :data:`OPTIMIZERS`: ``"Lamb"``, ``"NovoGrad"``, ...)
     over the params matching ``pattern`` (all by default), its keyword arguments ``kwargs``
     (``lr`` first of all); what TorchTitan's ``default_adamw`` is for AdamW."""
     if name not in OPTIMIZERS:

@@ -4,4 +4,7 @@ from .lamb16 import Lamb16
 from .lars import Lars
 from .novograd import NovoGrad
 
-__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad"]
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad", "OPTIMIZERS"]
+
+# Every optimizer of the package: what integrations build by name (TorchTitan's configs).
+OPTIMIZERS = (Adagrad, Lamb, Lamb16, Lars, NovoGrad)
