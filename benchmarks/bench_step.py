@@ -1,6 +1,6 @@
 """Optimizer step time: our ops against plain torch and torch's fused twins (CPU or CUDA).
 
-    python -m benchmarks.bench_step [--threads 2] [--ops lamb lamb16 lars adagrad] [--plot benchmarks/bench_step_cpu.png]
+    python -m benchmarks.bench_step [--threads 2] [--ops lamb lamb16 lars adagrad novograd] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
     python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding | --vs-adamw | --in-training
 
@@ -8,7 +8,7 @@ Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25
 params. Every row of a workload is measured in the same run, next to a
 STREAM-like copy/triad bandwidth, so ratios are comparable on a noisy machine.
 GB/s counts each method's minimum traffic (docs/design.md: LAMB 40, LAMB16 26, LARS 28, Adagrad
-20 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
+20, NovoGrad 24 bytes/param; the twins: AdamW 28, SGD with momentum 20). The LAMB16 table also
 measures our fp32-state LAMB op on the same params (target: LAMB16 <= 0.75x its
 time; the bytes ratio is 0.65) and both optimizers' state bytes per param.
 
@@ -60,8 +60,9 @@ from inductor_lamb import reference
 # Minimum traffic per param (docs/design.md), fp32: what each method must move at least.
 # torchao's low-bit AdamWs: p and g (12) plus two 1-byte (8-bit, FP8) or half-byte (4-bit)
 # moments read and written (4 or 2).
-BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20, "adamw8": 16,
-                   "adamw4": 14}
+BYTES_PER_PARAM = {"lamb": 40, "lamb16": 26, "adamw": 28, "lars": 28, "sgd": 20, "adagrad": 20, "novograd": 24,
+                   "adamw8": 16, "adamw4": 14}
+KINDS = ["lamb", "lamb16", "lars", "adagrad", "novograd"]  # the ops, by their family names
 
 
 def make_state(shapes, seed=0, kind="lamb", device="cpu"):
@@ -81,6 +82,9 @@ def make_state(shapes, seed=0, kind="lamb", device="cpu"):
             [torch.tensor(1e-3, device=device) for _ in shapes], [torch.tensor(1e-6, device=device) for _ in shapes], steps
     if kind == "lars":
         return params, grads, [randn(s) * 0.01 for s in shapes]
+    if kind == "novograd":  # m, and per tensor v and its running max
+        return params, grads, [randn(s) * 0.01 for s in shapes], [torch.tensor(float(s[0]), device=device) for s in shapes], \
+            [torch.tensor(float(s[0]), device=device) for s in shapes], steps
     return params, grads, [rand(s) + 0.1 for s in shapes], steps
 
 
@@ -91,11 +95,10 @@ def torch_optimizer(cls, shapes, device="cpu", **kw):
     return cls(params, **kw).step
 
 
-OURS = {"lamb": inductor_lamb.ops.lamb_step_, "lamb16": inductor_lamb.ops.lamb16_step_,
-        "lars": inductor_lamb.ops.lars_step_, "adagrad": inductor_lamb.ops.adagrad_step_}
-REFERENCE = {"lamb": reference.lamb_step, "lamb16": reference.lamb16_step, "lars": reference.lars_step,
-             "adagrad": reference.adagrad_step}
-KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay": [5e-4]}, "adagrad": {}}
+OURS = {k: getattr(inductor_lamb.ops, f"{k}_step_") for k in KINDS}
+REFERENCE = {k: getattr(reference, f"{k}_step") for k in KINDS}
+KWARGS = {"lamb": {}, "lamb16": {"weight_decay": 0.01}, "lars": {"weight_decay": [5e-4]}, "adagrad": {},
+          "novograd": {"weight_decay": 1e-3}}
 
 
 def lamb_op(shapes, device="cpu"):
@@ -111,6 +114,8 @@ TWINS = {
     "adagrad": [("torch Adagrad(fused=True)", "adagrad", lambda s: torch_optimizer(torch.optim.Adagrad, s, lr=1e-4, fused=True)),
                 ("torch Adagrad(foreach=True)", "adagrad",
                  lambda s: torch_optimizer(torch.optim.Adagrad, s, lr=1e-4, foreach=True))],
+    # (no torch NovoGrad: fused AdamW, the step it replaces, at its own 28-byte floor)
+    "novograd": [("torch AdamW(fused=True)", "adamw", lambda s: torch_optimizer(torch.optim.AdamW, s, lr=1e-4, fused=True))],
 }
 
 
@@ -275,7 +280,8 @@ def run_cuda(args) -> list[dict]:
              "lamb16": ("inductor_lamb LAMB op (fp32 state)", "lamb", None, {}),
              "lars": ("torch SGD(momentum, fused=True)", "sgd", torch.optim.SGD, dict(momentum=0.9, fused=True)),
              # torch's fused Adagrad is CPU-only
-             "adagrad": ("torch Adagrad(foreach=True)", "adagrad", torch.optim.Adagrad, dict(foreach=True))}
+             "adagrad": ("torch Adagrad(foreach=True)", "adagrad", torch.optim.Adagrad, dict(foreach=True)),
+             "novograd": ("torch AdamW(fused=True)", "adamw", torch.optim.AdamW, dict(fused=True))}
     results = []
     for kind in args.ops:
         for w, shapes in workloads.items():
@@ -337,8 +343,7 @@ def run_cuda(args) -> list[dict]:
     return results
 
 
-OPTIMIZERS = {"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": inductor_lamb.Lars,
-              "adagrad": inductor_lamb.Adagrad}
+OPTIMIZERS = {cls._ops.spec.family: cls for cls in inductor_lamb.optim.OPTIMIZERS}
 
 
 def run_amp(args) -> list[dict]:
@@ -432,9 +437,9 @@ def run_vs_adamw(args) -> list[dict]:
     lists = {"BERT-like": bert_like_shapes(),
              "BERT-large sizes": bert_like_shapes(hidden=1024, ffn=4096, layers=3, vocab=8192)}
     makers = {"Lamb": lambda ps: inductor_lamb.Lamb(ps, lr=1e-3), "Lamb16": lambda ps: inductor_lamb.Lamb16(ps, lr=1e-3),
-              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3),
+              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3), "NovoGrad": lambda ps: inductor_lamb.NovoGrad(ps, lr=1e-3),
               "AdamW(fused=True)": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True)}
-    floor = {"Lamb": 40, "Lamb16": 26, "Lars": 28, "AdamW(fused=True)": 28}
+    floor = {"Lamb": 40, "Lamb16": 26, "Lars": 28, "NovoGrad": 24, "AdamW(fused=True)": 28}
     a, b, c = (torch.rand(1 << 25) for _ in range(3))
     out = []
     print(machine_line(2))
@@ -476,7 +481,7 @@ def run_in_training(args) -> list[dict]:
     optimizer on its own copy of the model, in alternating rounds."""
     torch.set_num_threads(args.threads)
     makers = {"Lamb": lambda ps: inductor_lamb.Lamb(ps, lr=1e-3), "Lamb16": lambda ps: inductor_lamb.Lamb16(ps, lr=1e-3),
-              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3),
+              "Lars": lambda ps: inductor_lamb.Lars(ps, lr=1e-3), "NovoGrad": lambda ps: inductor_lamb.NovoGrad(ps, lr=1e-3),
               "AdamW(fused=True)": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True)}
     torch.manual_seed(0)
     base = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(1536, 1536), torch.nn.GELU())])
@@ -545,8 +550,7 @@ def main():
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds of repeats per row")
     ap.add_argument("--plot", default="", help="save a PNG bar chart here")
-    ap.add_argument("--ops", nargs="+", default=["lamb", "lamb16", "lars", "adagrad"],
-                    choices=["lamb", "lamb16", "lars", "adagrad"])
+    ap.add_argument("--ops", nargs="+", default=KINDS, choices=KINDS)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--capability", default="", choices=["", "default", "avx2", "avx512"],
                     help="run our CPU kernels of this instruction set (default: the best this CPU has)")
