@@ -22,7 +22,8 @@ and 256 (one seed each).
 Cost: state bytes per parameter measured from each optimizer's state tensors, and the
 step time of every optimizer on the same model, in the same run.
 
-The optimizers: torch's fused AdamW, Lamb, Lamb16, Lars, and torchao's AdamW8bit,
+The optimizers: torch's fused AdamW, Lamb, Lamb16, Lars, NovoGrad (timm's betas, with
+grad_averaging), and torchao's AdamW8bit,
 AdamWFp8 and AdamW4bit (skipped, with a message, when torchao is not installed:
 ``pip install --no-deps torchao``).
 
@@ -61,8 +62,10 @@ BATCHES = {"mnist": [128, 1024, 4096, 8192], "lm": [8, 32, 128, 256]}
 SEEDED_BATCH = {"mnist": 8192}  # besides the write-up settings, the cells with 3 seeds
 # The lr grid of each optimizer at the reference batch: the same three ratios around a
 # value typical for it (LARS's local lr is lr * lars_coeff * ||p|| / ||g||, hence its scale).
-BASE_LR = {"AdamW": 3e-3, "Lamb": 1e-2, "Lamb16": 1e-2, "Lars": 2.0, "AdamW8bit": 3e-3, "AdamWFp8": 3e-3,
-           "AdamW4bit": 3e-3}
+# (NovoGrad with grad_averaging moves each tensor by about lr a step, whatever its norm, where
+# LAMB moves it by about lr times its norm: its grid sits 3x higher.)
+BASE_LR = {"AdamW": 3e-3, "Lamb": 1e-2, "Lamb16": 1e-2, "Lars": 2.0, "NovoGrad": 3e-2, "AdamW8bit": 3e-3,
+           "AdamWFp8": 3e-3, "AdamW4bit": 3e-3}
 GRID = (1 / 3, 1.0, 3.0)
 WRITE_UP = {  # the LAMB16 write-up's MNIST settings and claims
     "batch 1024": dict(batch=1024, lr=0.02, epochs=10, claim=0.992),
@@ -96,6 +99,7 @@ def optimizers(decay_all: bool = False) -> dict[str, Callable[[nn.Module, float]
         "Lars": lambda m, lr, **kw: inductor_lamb.Lars(m.named_parameters(), lr=lr, momentum=0.9, weight_decay=WEIGHT_DECAY,
                                                  exclude_from_weight_decay=["bias", "ln", "norm"],
                                                  exclude_from_layer_adaptation=["bias", "ln", "norm"], **kw),
+        "NovoGrad": lambda m, lr, **kw: inductor_lamb.NovoGrad(groups(m), lr=lr, grad_averaging=True, **kw),
     }
     for name, cls in torchao_low_bit().items():
         short = name.split()[-1]

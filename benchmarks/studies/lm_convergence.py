@@ -47,16 +47,19 @@ LR_GRID = {
     "AdamW": [3e-4, 1e-3, 3e-3, 1e-2],
     "LAMB": [3e-3, 1e-2, 3e-2, 1e-1],
     "LAMB16": [1e-3, 3e-3, 1e-2, 3e-2],
+    "NovoGrad": [3e-3, 1e-2, 3e-2, 1e-1],
 }
 OPTIMIZERS = {
     "AdamW": lambda groups, lr: torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6),
     "LAMB": lambda groups, lr: inductor_lamb.Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6),
     "LAMB16": lambda groups, lr: inductor_lamb.Lamb16(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6),
+    # timm's betas, with grad averaging (each tensor moves about lr a step)
+    "NovoGrad": lambda groups, lr: inductor_lamb.NovoGrad(groups, lr=lr, grad_averaging=True),
     # (not in the default run) LAMB16 with its moments rounded to nearest
     "LAMB16-nearest": lambda groups, lr: inductor_lamb.Lamb16(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6,
                                                               stochastic_rounding=False),
 }
-DEFAULT_OPTIMIZERS = ["AdamW", "LAMB", "LAMB16"]
+DEFAULT_OPTIMIZERS = ["AdamW", "LAMB", "LAMB16", "NovoGrad"]
 
 
 def load_text() -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,10 +185,19 @@ def main() -> None:
     ap = study_args(__doc__, "lm_convergence")
     ap.add_argument("--optimizers", nargs="+", default=DEFAULT_OPTIMIZERS, choices=list(OPTIMIZERS))
     ap.add_argument("--lrs", type=float, nargs="+", default=None, help="one grid for every optimizer")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the JSON's runs of the optimizers not named (same steps and seeds): add one to the study")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_text()
     results: dict[str, dict[float, list[dict]]] = {}
+    if args.keep and Path(args.json).exists():
+        old = json.loads(Path(args.json).read_text())
+        if (old["steps"], old["seeds"], old["batch"]) != (args.steps, args.seeds, BATCH):
+            raise SystemExit(f"--keep: {args.json} has steps {old['steps']}, seeds {old['seeds']}, batch {old['batch']}")
+        for name, by_lr in old["results"].items():
+            if name not in args.optimizers:
+                results[name] = {float(lr): runs for lr, runs in by_lr.items()}
     for name in args.optimizers:
         grid = args.lrs or LR_GRID.get(name, LR_GRID["LAMB16"])
         results[name] = {lr: [run(name, lr, args.steps, s, data, args.eval_every) for s in args.seeds] for lr in grid}
