@@ -45,7 +45,7 @@ from torch import Tensor
 from . import _C, _private  # noqa: F401  (_C: registers the ops)
 
 __all__ = ["Role", "Arg", "Reduction", "OpSpec", "SPECS", "REQUIRED", "LISTS", "LAMB", "LAMB16", "LARS", "ADAGRAD",
-           "NOVOGRAD"]
+           "NOVOGRAD", "STEPS"]
 
 
 class Role(Enum):
@@ -358,4 +358,6 @@ for _step in _SUMMARIES:
     for _name in (_c["step"], _c["reduce"], _c["apply"]):
         if _name:
             SPECS[_name] = _spec(_name)
-LAMB, LAMB16, LARS, ADAGRAD, NOVOGRAD = (SPECS[n] for n in _SUMMARIES)
+# The one-call step ops, one per optimizer family.
+STEPS: tuple[OpSpec, ...] = tuple(SPECS[n] for n in _SUMMARIES)
+LAMB, LAMB16, LARS, ADAGRAD, NOVOGRAD = STEPS

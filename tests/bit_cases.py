@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import MIXED_SHAPES, noncontiguous_like, randn  # noqa: E402
 
 import inductor_lamb  # noqa: E402
+from inductor_lamb.spec import STEPS, Role  # noqa: E402
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "kernel_bits.json")
 LRS = [0.02, 0.011, 0.005]
@@ -81,9 +82,13 @@ CONFIGS = {
                  "decoupled": dict(weight_decay=0.1, decoupled_decay=True, seed=7)},
 }
 
-_TENSOR_HYPERS = {"lamb": ("beta1", "beta2"), "lamb16": ("beta1", "beta2"), "lars": ("momentum",), "adagrad": (),
-                  "novograd": ("beta1", "beta2")}
+# (the scheduled hyper-parameters are 0-d tensors; the recorded bits took these values)
 _TENSOR_DEFAULTS = {"beta1": 0.9, "beta2": 0.999, "momentum": 0.9}
+
+
+def _tensor_hypers(op: str) -> list[str]:
+    spec = next(s for s in STEPS if s.family == op)
+    return [a.name for a in spec.of(Role.TENSOR) if a.name != "lr"]
 
 
 def _bytes(t: torch.Tensor) -> bytes:
@@ -96,7 +101,7 @@ def _bytes(t: torch.Tensor) -> bytes:
 def run_case(op: str, config: str, variant: str) -> str:
     """sha256 of everything the op wrote, after each of len(LRS) steps."""
     kw = dict(CONFIGS[op][config])
-    for name in _TENSOR_HYPERS[op]:
+    for name in _tensor_hypers(op):
         kw[name] = torch.tensor(float(kw.get(name, _TENSOR_DEFAULTS[name])))
     if "grad_scale" in kw:
         kw["grad_scale"] = torch.tensor(kw["grad_scale"])

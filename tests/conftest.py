@@ -248,8 +248,8 @@ def spec_lists(name: str, shapes, dtype=torch.float32, seed=0, layout: str | Non
         elif a.role is Role.STATE:
             t = [x.clone() for x in (v if a.name in NONNEGATIVE else m)]
         elif a.role is Role.SCALARS:
-            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6,
-                     "exp_avg_sqs": 0.3, "max_exp_avg_sqs": 0.35}[a.name]  # (NovoGrad's v: one a layer)
+            # (a per-tensor moment, such as NovoGrad's v and its max: 0.3)
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}.get(a.name, 0.3)
             t = [torch.tensor(value) for _ in shapes]
         elif a.role is Role.REDUCTIONS:  # plausible (positive) partial reductions
             out.append(torch.rand(len(shapes), len(SPECS[name].reductions), generator=torch.Generator().manual_seed(seed)) + 0.1)
@@ -281,8 +281,8 @@ def eager_call(name, args, lr, kwargs):
 
 def code_summary(name: str, n_params: int) -> str:
     shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(n_params)]
-    case = {"lamb_step_": "lamb", "lamb16_step_": "lamb16", "lars_step_": "lars_grad_scale",
-            "adagrad_step_": "adagrad", "novograd_step_": "novograd"}[name]
+    # the op's first case (LARS: one with the same options for every param)
+    case = "lars_grad_scale" if name == "lars_step_" else next(c for c, (op, _) in OP_CASES.items() if op == name)
     _, args, kwargs = op_args(case, shapes=shapes)
     torch._dynamo.reset()
     _, codes = run_and_get_code(torch.compile(eager_call, fullgraph=True), name, args, torch.tensor(0.1), kwargs)

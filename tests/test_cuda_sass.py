@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from inductor_lamb import _build
+from inductor_lamb.spec import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_BUILD = "cuda_archs" in _build.build_info()
@@ -44,12 +45,17 @@ def test_every_chunk_kernel_reads_and_writes_16_bytes_at_a_time(tmp_path):
     rows = json.loads(out.read_text())
     archs = {int(a.split("+")[0].replace(".", "")) for a in _build.build_info()["cuda_archs"].split()}
     assert {r["arch"] for r in rows} == archs & {80, 90, 100}
+    from tools.cuda_sass import CUDA_SOURCES
+
     for arch in {r["arch"] for r in rows}:
         kernels = {r["kernel"] for r in rows if r["arch"] == arch}
-        for op, passes in {"lamb": ("pass1", "pass2"), "lamb16": ("pass1", "pass2"), "lars": ("norms", "update"),
-                           "adagrad": ("update",), "novograd": ("norms", "update"), "engine": ("grad_sumsq",)}.items():
-            for p in passes:  # every op's chunk kernels, in all six param variants
-                assert len({k for k in kernels if k.startswith(f"{op}.{p}<")}) == 6, (arch, op, p)
+        for source in CUDA_SOURCES:  # every op's chunk kernels (and the engine's), in all six param variants
+            passes = {k.split("<")[0] for k in kernels if k.startswith(f"{source}.")}
+            # (a layer-wise op: a reduction pass and an update pass; an element-wise one, its update)
+            expected = 1 if source == "engine" or not spec_of(source).reduce_op else 2
+            assert len(passes) == expected, (arch, source, passes)
+            for p in passes:
+                assert len({k for k in kernels if k.startswith(f"{p}<")}) == 6, (arch, p)
     for r in rows:
         assert not r["problems"], r
         assert r["occupancy"] >= 0.5 and r["stack"] == r["local"] == 0, r
@@ -59,12 +65,26 @@ def test_every_chunk_kernel_reads_and_writes_16_bytes_at_a_time(tmp_path):
             assert r["fp8_per_element"] == (1.0 if ".pass1" in r["kernel"] else 2.0), r
 
 
-@pytest.mark.parametrize("op, clipped, launches", [
-    ("lamb_step_", False, 3), ("lamb_step_", True, 5), ("lamb_reduce_", False, 2), ("lamb_apply_", False, 2),
-    ("lamb16_step_", False, 3), ("lamb16_reduce_", False, 2), ("lamb16_apply_", False, 2),
-    ("lars_step_", False, 3), ("lars_reduce", False, 2), ("lars_apply_", False, 2), ("adagrad_step_", False, 2),
-    ("novograd_step_", False, 3), ("novograd_reduce_", False, 2), ("novograd_apply_", False, 2),
-])
+def spec_of(family: str):
+    return next(s for s in STEPS if s.family == family)
+
+
+def _launch_cases():
+    """Per op: a layer-wise one-call step launches its reduction pass, the per-tensor totals and
+    its update (3; with global clipping 2 more: the grads' sum of squares and its total), each
+    phase 2; an element-wise step its update and the step counts (2)."""
+    for spec in STEPS:
+        if spec.reduce_op:
+            yield spec.name, False, 3
+            if "max_grad_norm" in spec.names:
+                yield spec.name, True, 5
+            yield spec.reduce_op, False, 2
+            yield spec.apply_op, False, 2
+        else:
+            yield spec.name, False, 2
+
+
+@pytest.mark.parametrize("op, clipped, launches", list(_launch_cases()))
 def test_launches_per_call(op, clipped, launches):
     assert torch.ops.lamb._cuda_launches(op, clipped) == launches
     with pytest.raises(RuntimeError, match="unknown op 'sgd_step_'"):

@@ -7,6 +7,8 @@ import expecttest
 import pytest
 from conftest import code_summary, use_path
 
+from inductor_lamb.spec import STEPS
+
 pytestmark = pytest.mark.usefixtures("lowering_path")
 
 
@@ -16,7 +18,7 @@ class TestGeneratedCode(expecttest.TestCase):
         no external call, no tensor-sized temporary."""
         lines = [
             f"{name} x{n}: {code_summary(name, n)}"
-            for name in ("lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "novograd_step_")
+            for name in (spec.name for spec in STEPS)
             for n in (3, 12)
         ]
         # 100 LAMB params: Inductor starts a new C++ function every 500 arguments (faster
