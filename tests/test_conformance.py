@@ -292,6 +292,19 @@ def test_closure_hooks_and_add_param_group(info, inp):
     assert calls == ["pre", "post", "sd_pre", "sd_post", "load_pre", "load_post"]
 
 
+@pytest.mark.parametrize("info,inp", CASES)
+def test_rebuilt_from_its_defaults(info, inp):
+    """``type(opt)(params, **opt.defaults)`` (how torch's ZeroRedundancyOptimizer builds its local
+    optimizer) takes every default back and steps the same."""
+    params, twin_params = make_params(), make_params()
+    opt = build(info, inp, params)
+    twin = type(opt)(twin_params, **opt.defaults)
+    assert set(twin.defaults) == set(opt.defaults)
+    run(opt, params, range(2))
+    run(twin, twin_params, range(2))
+    assert_same_tensors(params, twin_params, "rebuilt from its defaults")
+
+
 @pytest.mark.parametrize("name", list(BY_CLASS))
 def test_load_state_dict_hooks_in_torchs_order(name):
     """torch.optim's order: the pre hooks (which may change the state dict), then the whole load

@@ -47,7 +47,7 @@ LR_GRID = {
     "AdamW": [3e-4, 1e-3, 3e-3, 1e-2],
     "LAMB": [3e-3, 1e-2, 3e-2, 1e-1],
     "LAMB16": [1e-3, 3e-3, 1e-2, 3e-2],
-    "NovoGrad": [3e-3, 1e-2, 3e-2, 1e-1],
+    "NovoGrad": [1e-2, 3e-2, 1e-1, 3e-1, 1.0],
 }
 OPTIMIZERS = {
     "AdamW": lambda groups, lr: torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6),
@@ -186,7 +186,8 @@ def main() -> None:
     ap.add_argument("--optimizers", nargs="+", default=DEFAULT_OPTIMIZERS, choices=list(OPTIMIZERS))
     ap.add_argument("--lrs", type=float, nargs="+", default=None, help="one grid for every optimizer")
     ap.add_argument("--keep", action="store_true",
-                    help="keep the JSON's runs of the optimizers not named (same steps and seeds): add one to the study")
+                    help="keep the JSON's runs (same steps and seeds) and run only the missing ones: an optimizer "
+                         "or learning rates added to the study")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = load_text()
@@ -196,11 +197,14 @@ def main() -> None:
         if (old["steps"], old["seeds"], old["batch"]) != (args.steps, args.seeds, BATCH):
             raise SystemExit(f"--keep: {args.json} has steps {old['steps']}, seeds {old['seeds']}, batch {old['batch']}")
         for name, by_lr in old["results"].items():
-            if name not in args.optimizers:
-                results[name] = {float(lr): runs for lr, runs in by_lr.items()}
+            results[name] = {float(lr): runs for lr, runs in by_lr.items()}
     for name in args.optimizers:
         grid = args.lrs or LR_GRID.get(name, LR_GRID["LAMB16"])
-        results[name] = {lr: [run(name, lr, args.steps, s, data, args.eval_every) for s in args.seeds] for lr in grid}
+        done = results.setdefault(name, {})
+        for lr in grid:
+            if lr not in done:
+                done[lr] = [run(name, lr, args.steps, s, data, args.eval_every) for s in args.seeds]
+        results[name] = dict(sorted(done.items()))
 
     def final(runs: list[dict]) -> float:
         return statistics.fmean(h["final_val_loss"] for h in runs)

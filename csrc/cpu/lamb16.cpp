@@ -1,6 +1,8 @@
 // lamb::lamb16_step_ and its two phases on CPU: per-tensor scales and trust
 // ratios from common/lamb16.h around the element loops of lamb16_kernel.cpp.
-// The one-call op runs both a block of tensors at a time (TwoPhaseStep, engine.h).
+// The one-call op runs both a block of tensors at a time (TwoPhaseStep, engine.h), pass 1
+// stashing the updates that pass 2 applies (its square root and division, half of pass 2's
+// arithmetic), with the same bits as the two-phase form.
 #include <torch/library.h>
 
 #include "cpu/engine.h"
@@ -16,7 +18,7 @@ namespace {
 class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
  public:
   explicit Lamb16Step(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10),
+      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10, /*stashes=*/true),
         steps_(a.list("steps")),
         m_scales_(a.list("exp_avg_scales")),
         v_scales_(a.list("exp_avg_sq_scales")),
@@ -24,7 +26,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
         new_m_scales_(c_.n),
         new_v_scales_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb16::consts(c_.hyper), c_.inv_grad_scale(),
-              c_.hyper.stochastic_rounding, nullptr, nullptr} {
+              c_.hyper.stochastic_rounding, nullptr, nullptr, {}} {
     for (size_t i = 0; i < c_.n; ++i) {  // the scales of the start of the step (apply overwrites them last)
       coeffs_[i].beta1_scale = lamb16::beta_scale(c_.hyper.beta1, m_scales_[i].item<float>());
       coeffs_[i].beta2_scale = lamb16::beta_scale(c_.hyper.beta2, v_scales_[i].item<float>());
@@ -46,6 +48,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
     args_.sums = sums.data();
     args_.maxes = maxes.data();
     args_.chunks = c_.chunk_span(b);
+    args_.stash = stash_;
     kernels().pass1(args_);
     reduce_per_tensor(c_.chunks, b, sums.data(), 2, sq.data());
     max_per_tensor(c_.chunks, b, maxes.data(), 2, amax.data());
@@ -67,6 +70,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
         coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }
     args_.chunks = c_.chunk_span(b);
+    args_.stash = stash_;
     kernels().pass2(args_);
   }
 

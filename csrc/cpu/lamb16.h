@@ -25,11 +25,12 @@ struct Lamb16Args {
   bool stochastic_rounding;  // pass 2 rounds m, v stochastically (else to nearest even)
   double* sums;         // pass 1: [chunk][||p||^2, ||u||^2]
   double* maxes;        // pass 1: [chunk][max |m|, max v]
+  UpdateStash stash;    // one-call step: pass 1 leaves u here, pass 2 reads it back
 };
 
 struct Lamb16Kernels {
   void (*pass1)(const Lamb16Args&);  // m, v in float32; partial ||p||^2, ||u||^2, amax m, v
-  void (*pass2)(const Lamb16Args&);  // p -= step_size * u; m8, v8 stored with the new scales
+  void (*pass2)(const Lamb16Args&);  // p -= step_size * u (u from the stash, or recomputed); m8, v8 stored
 };
 
 }  // namespace inductor_lamb::cpu

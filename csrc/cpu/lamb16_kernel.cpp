@@ -43,6 +43,8 @@ void pass1(const Lamb16Args& args) {
     using T = decltype(tag);
     const Lamb16Coeffs& k = args.coeffs[c.tensor];
     const Elem e(args.consts, k.beta1_scale, k.beta2_scale);
+    float* const stash = stash_of(args.stash, c.tensor);
+    const bool stream = args.stash.stream;
     SumSq p_sq, u_sq;
     AbsMax m_max, v_max;
     vec_range(
@@ -50,6 +52,7 @@ void pass1(const Lamb16Args& args) {
         [&](int64_t i, int64_t n) {
           Lamb16Loads<T> r(t, grad_mul, i, n);
           const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
+          if (stash) stash_store(stash, stream, i, n, u);
           p_sq.add(r.p, n);
           u_sq.add(u, n);
           m_max.add(r.m, n);
@@ -57,6 +60,7 @@ void pass1(const Lamb16Args& args) {
         },
         static_cast<const T*>(t.grad), static_cast<const T*>(t.param), t.master,
         static_cast<const uint8_t*>(t.state[0]), static_cast<const uint8_t*>(t.state[1]));
+    if (stash) stream_fence(stream);
     args.sums[2 * ci] = p_sq.value();
     args.sums[2 * ci + 1] = u_sq.value();
     args.maxes[2 * ci] = m_max.value();
@@ -64,50 +68,63 @@ void pass1(const Lamb16Args& args) {
   });
 }
 
-// Stochastic: whether m, v are rounded stochastically (a template argument, so
-// the loop has no branch on it).
+// One chunk of pass 2. Stochastic: whether m, v are rounded stochastically; Stashed: whether u
+// comes from pass 1's stash (template arguments, so the loop has no branch on them).
+template <bool Stochastic, bool Stashed, typename T>
+void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, const float* stash) {
+  constexpr int64_t W = fVec::size();
+  const fVec grad_mul(args.grad_mul);
+  const Lamb16Coeffs& k = args.coeffs[c.tensor];
+  const Elem e(args.consts, k.beta1_scale, k.beta2_scale, k.inv_m_scale, k.inv_v_scale);
+  const fVec step_size(k.step_size);
+  const uint32_t key = k.round_key;
+  T* const param = static_cast<T*>(t.param);
+  float* const master = t.master;
+  uint8_t* const m8 = static_cast<uint8_t*>(t.state[0]);
+  uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
+  vec_range(
+      c.begin, c.end,
+      [&](int64_t i, int64_t n) {
+        Lamb16Loads<T> r(t, grad_mul, i, n);
+        const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
+        MomentCodes codes[2];
+        F2 u;
+        if constexpr (Stashed) u = load2(stash + i, n);
+        // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
+        const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
+          if constexpr (Stashed) {  // (the u pass 1 computed from the same m, v: the same bits)
+            e.moments(g, m, v);
+            p = p - step_size * (half ? u.b : u.a);
+          } else {
+            p = p - step_size * moments_update(e, g, p, m, v);
+          }
+          m = e.m_code(m);
+          v = e.v_code(v);
+          if constexpr (Stochastic) codes[half] = stochastic_codes(key, g, m, v, old.m + half * W, old.v + half * W);
+        };
+        finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
+        finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
+        if constexpr (Stochastic)  // (a rounded param's bits come from its moments' element hash)
+          store_param(t, param, i, n, r.p, [&](int half) { return param_hash_of_element(codes[half].hash); });
+        else
+          store_param(param, master, i, n, r.p);
+        if constexpr (Stochastic) {
+          store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
+        } else {
+          store2(reinterpret_cast<M8*>(m8 + i), n, r.m);
+          store2(reinterpret_cast<V8*>(v8 + i), n, r.v);
+        }
+      },
+      static_cast<const T*>(t.grad), static_cast<const T*>(param), master, static_cast<const uint8_t*>(m8),
+      static_cast<const uint8_t*>(v8), stash);
+}
+
 template <bool Stochastic>
 void pass2_loop(const Lamb16Args& args) {
-  const fVec grad_mul(args.grad_mul);
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
-    constexpr int64_t W = fVec::size();
-    const Lamb16Coeffs& k = args.coeffs[c.tensor];
-    const Elem e(args.consts, k.beta1_scale, k.beta2_scale, k.inv_m_scale, k.inv_v_scale);
-    const fVec step_size(k.step_size);
-    const uint32_t key = k.round_key;
-    T* const param = static_cast<T*>(t.param);
-    float* const master = t.master;
-    uint8_t* const m8 = static_cast<uint8_t*>(t.state[0]);
-    uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
-    vec_range(
-        c.begin, c.end,
-        [&](int64_t i, int64_t n) {
-          Lamb16Loads<T> r(t, grad_mul, i, n);
-          const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
-          MomentCodes codes[2];
-          // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
-          const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
-            p = p - step_size * moments_update(e, g, p, m, v);
-            m = e.m_code(m);
-            v = e.v_code(v);
-            if constexpr (Stochastic) codes[half] = stochastic_codes(key, g, m, v, old.m + half * W, old.v + half * W);
-          };
-          finish(r.g.a, r.p.a, r.m.a, r.v.a, 0);
-          finish(r.g.b, r.p.b, r.m.b, r.v.b, 1);
-          if constexpr (Stochastic)  // (a rounded param's bits come from its moments' element hash)
-            store_param(t, param, i, n, r.p, [&](int half) { return param_hash_of_element(codes[half].hash); });
-          else
-            store_param(param, master, i, n, r.p);
-          if constexpr (Stochastic) {
-            store_codes(codes[0], codes[1], m8 + i, v8 + i, n);
-          } else {
-            store2(reinterpret_cast<M8*>(m8 + i), n, r.m);
-            store2(reinterpret_cast<V8*>(v8 + i), n, r.v);
-          }
-        },
-        static_cast<const T*>(t.grad), static_cast<const T*>(param), master, static_cast<const uint8_t*>(m8),
-        static_cast<const uint8_t*>(v8));
+    if (const float* stash = stash_of(args.stash, c.tensor)) pass2_chunk<Stochastic, true, T>(args, t, c, stash);
+    else pass2_chunk<Stochastic, false, T>(args, t, c, nullptr);
   });
 }
 

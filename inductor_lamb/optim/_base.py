@@ -447,6 +447,14 @@ class FusedOptimizer(CheckpointState):
         group's) and every shard, on the first bucket's device (no host sync:
         device-to-device copies and collectives only)."""
         total: Tensor | None = None
+        pending: tuple[Any, Tensor] | None = None  # (sharding, local sum): buckets summed by one collective
+
+        def flush() -> None:
+            nonlocal total
+            if pending is not None:
+                part = _sharding.all_reduce_sum(pending[1], pending[0])
+                total = part if total is None else total + part.to(total.device, non_blocking=True)
+
         for bucket in buckets:
             grads = bucket.grads
             if grads:
@@ -455,8 +463,13 @@ class FusedOptimizer(CheckpointState):
                 part = torch.stack(norms).double().square().sum()
             else:  # (a rank with no piece of a sharded bucket)
                 part = torch.zeros((), dtype=torch.float64, device=bucket.device)
-            part = _sharding.all_reduce_sum(part, bucket.sharding)
-            total = part if total is None else total + part.to(total.device, non_blocking=True)
+            if pending is not None and pending[1].device == part.device and \
+                    _sharding.sums_alike(pending[0], bucket.sharding):
+                pending = (pending[0], pending[1] + part)
+            else:
+                flush()
+                pending = (bucket.sharding, part)
+        flush()
         if total is None:
             raise ValueError("no buckets to clip")
         grad_scale, _ = self._amp_args(total.device)

@@ -18,13 +18,17 @@ norm taken over it would be a per-partition norm: silently wrong. Where each pie
   partition_numel`` of the flattened param (the last rank's slot ends in padding).
 
 A step over a flat partition becomes a step over its pieces (views into the partition, its
-grad and its state), one bucket whose sharding is :class:`Pieces`: the reduce op's per-piece
-partials are placed at their tensor's index in a table of every model tensor, combined
-across the data-parallel group by one collective (an ``all_reduce``, or an ``all_gather``
-combined in rank order when some columns take a max: LAMB16's amaxes), and read back per
-piece for the apply op. A rank with no piece of a tensor adds nothing to it; a rank with no
-piece at all still takes part in the collective. Global gradient clipping, when the
-optimizer does it, takes one more ``all_reduce``.
+grad and its state), in two buckets whose sharding is :class:`Pieces`. The pieces that are
+whole tensors (every tensor of a one-rank ZeRO-Offload, most tensors at any world size) have
+their norms on this rank: one op call steps them, as it steps a model's own tensors (on the CPU,
+cache-blocked, LAMB's and LAMB16's updates stashed between the passes). The pieces cut between
+ranks take the two phases: the reduce op's per-piece partials are placed at their tensor's
+index in a table of every model tensor, combined across the data-parallel group by one
+collective (an ``all_reduce``, or an ``all_gather`` combined in rank order when some columns
+take a max: LAMB16's amaxes), and read back per piece for the apply op. A rank with no piece of
+a tensor adds nothing to it; a rank with no cut piece at all still takes part in the
+collective. Global gradient clipping, when the optimizer does it, sums both buckets' grads
+over the group.
 
 The state of a flat partition is kept as DeepSpeed expects of a client optimizer: one
 tensor like the partition per state key (``exp_avg`` ...), which DeepSpeed's checkpoints
@@ -60,7 +64,9 @@ class Pieces:
     group: Any
     index: Tensor  # int64 [pieces], on the partition's device
     count: int
-    dims: tuple[int, ...] = field(default=(0,))  # (combined along one group, as one mesh dimension)
+    # (combined along one group, as one mesh dimension; () for whole tensors: nothing to combine,
+    # one op call steps them, and only the global clip's sum runs over the group)
+    dims: tuple[int, ...] = field(default=(0,))
 
     def _on_comm_device(self, t: Tensor) -> Tensor:
         # NCCL carries device tensors only (an offloaded partition is on the CPU)
@@ -241,7 +247,6 @@ def flat_buckets(opt: Stepped, group: dict[str, Any]) -> dict[tuple[Any, ...], B
     release_replaced_state(opt)
     if not opt._layout.spec.reductions:
         return None
-    names = opt._model.names
     buckets: dict[tuple[Any, ...], Bucket] = {}
     for flat in params:
         if flat.grad is None:
@@ -251,17 +256,43 @@ def flat_buckets(opt: Stepped, group: dict[str, Any]) -> dict[tuple[Any, ...], B
                     "one of the params it was built with")
         partition = _partition_map(opt, flat)
         state = _piece_state(opt, flat, group, len(partition.pieces))
-        where = partition.pieces
-        lists = {"params": [flat.narrow(0, s, n) for _, s, n in where],
-                 "grads": [flat.grad.narrow(0, s, n) for _, s, n in where]}
-        layout = opt._layout
-        for key, arg in layout.lists.items():  # (state like the partition; per-tensor values per piece)
-            t = state[key]
-            lists[arg] = [t[j] for j in range(len(where))] if key in layout.scalar_state_keys else \
-                [t.narrow(0, s, n) for _, s, n in where]
-        if layout.has_step:
-            lists["steps"] = [state["step"][j] for j in range(len(where))]
-        index = torch.tensor([i for i, _, _ in where], dtype=torch.int64, device=flat.device)
-        buckets[(flat.device, flat.dtype, id(flat))] = Bucket(
-            flat.device, lists, [names[i] for i, _, _ in where], Pieces(partition.group, index, len(opt._model.params)))
+        whole = [_numel(opt._model.params[i]) == n for i, _, n in partition.pieces]
+        for kind in ("whole", "cut"):
+            # (in a group of several ranks both buckets exist on every rank, empty or not: each
+            # rank joins the same collectives, the clip's sums and the cut pieces' combine)
+            js = [j for j, w in enumerate(whole) if w == (kind == "whole")]
+            if not js and _world(partition.group) == 1:
+                continue
+            buckets[(flat.device, flat.dtype, id(flat), kind)] = _pieces_bucket(opt, flat, state, partition, js,
+                                                                                dims=() if kind == "whole" else (0,))
     return buckets
+
+
+def _numel(p: Tensor) -> int:
+    """A model tensor's whole size (ZeRO-3 leaves a partitioned param empty: ``ds_numel``)."""
+    return int(getattr(p, "ds_numel", p.numel()))
+
+
+def _world(group: Any) -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+def _pieces_bucket(opt: Stepped, flat: Tensor, state: dict[str, Any], partition: PartitionMap, js: list[int],
+                   dims: tuple[int, ...]) -> Bucket:
+    """The bucket of pieces ``js`` of ``partition``: views into the partition, its grad and its
+    state (per-tensor values: piece j's entry of the per-piece vectors)."""
+    where = [partition.pieces[j] for j in js]
+    grad = flat.grad
+    assert grad is not None  # (flat_buckets steps partitions with grads)
+    lists = {"params": [flat.narrow(0, s, n) for _, s, n in where], "grads": [grad.narrow(0, s, n) for _, s, n in where]}
+    layout = opt._layout
+    for key, arg in layout.lists.items():  # (state like the partition; per-tensor values per piece)
+        t = state[key]
+        lists[arg] = [t[j] for j in js] if key in layout.scalar_state_keys else [t.narrow(0, s, n) for _, s, n in where]
+    if layout.has_step:
+        lists["steps"] = [state["step"][j] for j in js]
+    index = torch.tensor([i for i, _, _ in where], dtype=torch.int64, device=flat.device)
+    return Bucket(flat.device, lists, [opt._model.names[i] for i, _, _ in where],
+                  Pieces(partition.group, index, len(opt._model.params), dims))

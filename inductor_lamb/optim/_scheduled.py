@@ -70,19 +70,22 @@ def check_nonnegative(**values: float) -> None:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
-def decoupled_decay_options(lr: Any, decoupled_decay: bool, corrected_weight_decay: bool) -> dict[str, Any]:
+def decoupled_decay_options(lr: Any, decoupled_decay: bool, corrected_weight_decay: bool,
+                            max_lr: float = 0.0) -> dict[str, Any]:
     """The group entries of decoupled weight decay (``p *= 1 - s weight_decay`` before the update,
-    ``s = lr``): ``decoupled_decay``, and ``max_lr``, the peak lr of timm's corrected weight decay
-    (``s = lr^2 / max_lr``: the decay follows the lr schedule squared), the constructor's lr, or 0
-    (uncorrected)."""
+    ``s = lr``): ``decoupled_decay``, ``corrected_weight_decay`` and ``max_lr``, the peak lr of
+    timm's corrected weight decay (``s = lr^2 / max_lr``: the decay follows the lr schedule
+    squared): ``max_lr`` if given, else the constructor's lr; 0 (uncorrected) without it. (All
+    three are constructor arguments: torch's ZeroRedundancyOptimizer rebuilds an optimizer from
+    its defaults.)"""
     if not corrected_weight_decay:
-        return dict(decoupled_decay=bool(decoupled_decay), max_lr=0.0)
+        return dict(decoupled_decay=bool(decoupled_decay), corrected_weight_decay=False, max_lr=0.0)
     if not decoupled_decay:
         raise ValueError("corrected_weight_decay=True needs decoupled_decay=True (it scales the decoupled decay)")
-    max_lr = float(lr)
-    if not max_lr > 0.0:
-        raise ValueError(f"corrected_weight_decay=True needs a positive lr (the peak lr), got {max_lr}")
-    return dict(decoupled_decay=True, max_lr=max_lr)
+    peak = float(max_lr) or float(lr)
+    if not peak > 0.0:
+        raise ValueError(f"corrected_weight_decay=True needs a positive lr (the peak lr), got {peak}")
+    return dict(decoupled_decay=True, corrected_weight_decay=True, max_lr=peak)
 
 
 def check_seed(seed: Any) -> int:

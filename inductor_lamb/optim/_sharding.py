@@ -120,6 +120,16 @@ def all_reduce_sum(t: Tensor, sharding: Any) -> Tensor:
     return t
 
 
+def sums_alike(a: Any, b: Any) -> bool:
+    """Whether :func:`all_reduce_sum` over ``a`` and over ``b`` is one collective: the same
+    sharding, or pieces of flat partitions of one process group (``_deepspeed.Pieces``; a
+    partition's whole and cut pieces), so that their sums can be added before it."""
+    if a is b:
+        return True
+    pieces = a is not None and b is not None and not isinstance(a, Sharding) and not isinstance(b, Sharding)
+    return pieces and a.group is b.group
+
+
 def _all_gather(t: Tensor, dim: int, group: Any) -> Tensor:
     funcol = _private.functional_collectives()
     # (all_gather_single is all_gather_tensor's new name; older torch has only the old one)

@@ -45,7 +45,8 @@ class Lamb(FusedOptimizer):
         decoupled_decay: ``p *= 1 - lr weight_decay`` before the update, outside ``u`` and
             the trust ratio (timm's ``decoupled_decay``).
         corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
-            of ``lr`` (timm's), ``max_lr`` the constructor's lr (the group's ``"max_lr"``).
+            of ``lr`` (timm's).
+        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's).
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
         {param_rounding_args}
@@ -73,6 +74,7 @@ class Lamb(FusedOptimizer):
         max_grad_norm: float = 0.0,
         decoupled_decay: bool = False,
         corrected_weight_decay: bool = False,
+        max_lr: float = 0.0,
         **options: Unpack[FusedOptions],
     ) -> None:
         check_betas(betas)
@@ -80,7 +82,7 @@ class Lamb(FusedOptimizer):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
-            max_grad_norm=max_grad_norm, **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay),
+            max_grad_norm=max_grad_norm, **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr),
         )
         super().__init__(params, defaults, **options)
 
@@ -95,10 +97,10 @@ class Lamb(FusedOptimizer):
                          "timm and apex")
         if group.pop("caution", False):
             notes.append("caution=True (cautious masking) is not supported: the steps go on without it")
-        corrected = group.pop("corrected_weight_decay", False)
         max_lr = group.pop("max_lr_snapshot", None)
         group["decoupled_decay"] = bool(group.get("decoupled_decay", False))
-        group["max_lr"] = float(max_lr) if corrected and group["decoupled_decay"] and max_lr else 0.0
+        group["corrected_weight_decay"] = bool(group.get("corrected_weight_decay")) and group["decoupled_decay"]
+        group["max_lr"] = float(max_lr) if group["corrected_weight_decay"] and max_lr else 0.0
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         return notes

@@ -48,7 +48,8 @@ class NovoGrad(FusedOptimizer):
         decoupled_decay: apply weight decay as ``p *= 1 - lr weight_decay`` outside ``u``
             (AdamW style; apex's ``reg_inside_moment=False``).
         corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
-            of ``lr`` (timm's), ``max_lr`` the constructor's lr (the group's ``"max_lr"``).
+            of ``lr`` (timm's).
+        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's).
         norm_type: apex ``FusedNovoGrad``'s option, accepted at its L2 value (2) only.
         bias_correction: apex's option, accepted as ``False`` only.
         init_zero: apex's option, accepted as ``False`` only.
@@ -79,6 +80,7 @@ class NovoGrad(FusedOptimizer):
         *,
         decoupled_decay: bool = False,
         corrected_weight_decay: bool = False,
+        max_lr: float = 0.0,
         norm_type: float = 2.0,
         bias_correction: bool = False,
         init_zero: bool = False,
@@ -94,6 +96,6 @@ class NovoGrad(FusedOptimizer):
         check_nonnegative(eps=eps, weight_decay=weight_decay)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_averaging=bool(grad_averaging),
-            amsgrad=bool(amsgrad), **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay),
+            amsgrad=bool(amsgrad), **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr),
         )
         super().__init__(params, defaults, **options)
