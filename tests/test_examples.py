@@ -1,6 +1,6 @@
 """The training examples (examples/) run end to end, a few steps each, as a user runs them: the
-MNIST main job, FSDP2 in one process and DeepSpeed ZeRO-3 on two gloo ranks. (What they learn is
-measured by benchmarks/; here: they start, train and finish.)"""
+MNIST main job, FSDP2 in one process, DeepSpeed ZeRO-3 on two gloo ranks and ZeRO-Offload with
+Lamb16. (What they learn is measured by benchmarks/; here: they start, train and finish.)"""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def test_fsdp_example_in_one_process():
 def test_deepspeed_example_on_two_ranks():
     out = run("train_deepspeed.py", "--steps", "3", "--world", "2").stdout
     assert re.search(r"final training loss [\d.]+ nats/byte \(ZeRO-3, 2 ranks, cpu\)", out), out
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("deepspeed", "transformers")),
+                    reason="needs deepspeed and transformers")
+def test_offload_example_measures_lamb16_beside_deepspeeds_cpu_adam():
+    """ZeRO-Offload with Lamb16 and with DeepSpeedCPUAdam: both train, and the state each holds in
+    CPU memory is measured (Lamb16: 2 bytes a param and a few per tensor; AdamW: 8)."""
+    out = run("train_offload_lamb16.py", "--steps", "4", "--threads", "1", "--layers", "2", "--width", "128",
+              timeout=900).stdout
+    rows = dict(re.findall(r"\| (Lamb16|DeepSpeedCPUAdam) \| [\d.]+ MiB \| ([\d.]+) \|", out))
+    assert 2.0 <= float(rows["Lamb16"]) < 2.05 and float(rows["DeepSpeedCPUAdam"]) == 8.0, out
+    assert re.search(r"Lamb16 holds 0\.2\dx DeepSpeedCPUAdam's optimizer state, its step takes [\d.]+x the time", out), out
