@@ -45,7 +45,7 @@ from torch import nn
 from benchmarks.common import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIMIZERS = ("lamb", "lamb16", "lars", "adagrad", "adamw")
+OPTIMIZERS = ("lamb", "lamb16", "lars", "adagrad", "novograd", "adamw")
 LISTS = ("blocks", "small")
 RECIPES = ("eager", "compiled_model", "compiled_opt_step", "whole_step")
 CUDA_RECIPES = ("compiled_opt_step_ro", "whole_step_ro")
@@ -60,8 +60,7 @@ def make_optimizer(name: str, params, lr: float | torch.Tensor = 1e-3) -> torch.
 
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, fused=True)
-    cls = {"lamb": inductor_lamb.Lamb, "lamb16": inductor_lamb.Lamb16, "lars": inductor_lamb.Lars,
-           "adagrad": inductor_lamb.Adagrad}[name]
+    cls = {c._ops.spec.family: c for c in inductor_lamb.optim.OPTIMIZERS}[name]
     return cls(params, lr=lr, weight_decay=0.01)
 
 

@@ -121,17 +121,17 @@ def cache_bytes():
     torch.ops.lamb._cpu_cache_bytes(0)
 
 
-# LAMB's one-call step on CPU stashes each element's update in pass 1 for pass 2 to apply
-# (csrc/cpu/engine.h), stored plainly where a block fits the last-level cache and streamed where
-# it does not (a 1 MiB cache: every block of more than 64K elements), except for bf16 params
+# LAMB's and LAMB16's one-call steps on CPU stash each element's update in pass 1 for pass 2 to
+# apply (csrc/cpu/engine.h), stored plainly where a block fits the last-level cache and streamed
+# where it does not (a 1 MiB cache: every block of more than 64K elements), except for bf16 params
 # rounded stochastically, which recompute. Every way gives the two-phase form's bits (it
 # recomputes), on every instruction set and thread count.
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cache", ["system", "1MiB"])
 @pytest.mark.parametrize("cap", available_capabilities())
 @pytest.mark.parametrize("variant", ["fp32", "bf16_rounded", "bf16_nearest", "bf16_master", "noncontiguous"])
-@pytest.mark.parametrize("case", ["lamb", "lamb_clip_grad_scale", "lamb_no_adapt"])
-def test_lamb_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cache_bytes):
+@pytest.mark.parametrize("case", ["lamb", "lamb_clip_grad_scale", "lamb_no_adapt", "lamb16", "lamb16_grad_scale"])
+def test_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cache_bytes):
     inductor_lamb.set_cpu_capability(cap)
     torch.set_num_threads(threads)
     if cache == "1MiB":
