@@ -2,7 +2,8 @@
 
     python -m benchmarks.bench_step [--threads 2] [--ops lamb lamb16 lars adagrad novograd] [--plot benchmarks/bench_step_cpu.png]
                                     [--capability default|avx2|avx512] [--device cuda] [--no-compiled-reference]
-    python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding | --vs-adamw | --in-training
+    python -m benchmarks.bench_step --amp [--ops ...] | --sparse | --checks | --rounding | --vs-adamw | --passes
+                                    | --in-training
 
 Workloads: (a) one 1024x1024 tensor; (b) a BERT-like list of ~100 tensors, >= 25M
 params. Every row of a workload is measured in the same run, next to a
@@ -19,6 +20,11 @@ stochastically (``stochastic_rounding``) on both workloads: 5 alternating rounds
 check, which sorts every tensor's address range) against the whole step, on 1, 68 and
 1000 tensors: each op's checks run alone (``inductor_lamb.ops.run_checks``) next to the
 op itself, in one run. (A before/after comparison of two builds: compare_builds.py.)
+
+``--passes``: where a layer-wise op's time goes: its one-call step (pass 1 leaves the update in
+the stash, pass 2 reads it), its reduce phase alone (pass 1), its apply phase alone (pass 2 with
+no stash: it recomputes the update), and LAMB16's step rounding to nearest, beside fused AdamW at
+1 thread on the BERT-like list, alternating in rounds.
 
 ``--in-training``: each optimizer's ``opt.step()`` inside an eager training loop, where forward
 and backward between steps evict its data from the caches, against ``AdamW(fused=True)``.
@@ -474,6 +480,61 @@ def run_vs_adamw(args) -> list[dict]:
     return out
 
 
+def run_passes(args) -> list[dict]:
+    """Each layer-wise op (``--ops``, those with phases) on the BERT-like list: the one-call step,
+    pass 1 alone (the reduce op), pass 2 alone (the apply op, given pass 1's reductions), and for
+    LAMB16 the one-call step rounding to nearest; beside torch's fused AdamW on the same shapes,
+    all alternating in 5 rounds (the best round's median each), at ``--threads``."""
+    from benchmarks.common import median_seconds
+    from inductor_lamb.spec import SPECS
+
+    torch.set_num_threads(args.threads)
+    shapes = bert_like_shapes()
+    n = numel(shapes)
+    lr = torch.tensor(1e-4)
+    rows: dict[str, tuple[int, Callable[[], object]]] = {
+        "AdamW(fused=True)": (BYTES_PER_PARAM["adamw"], torch_optimizer(torch.optim.AdamW, shapes, lr=1e-4, fused=True))}
+    # Bytes each phase must move (docs/design.md): pass 1 reads what the update needs; pass 2
+    # reads it again and writes p and the state.
+    pass1_bytes = {"lamb": 24, "lamb16": 10, "lars": 8, "novograd": 4}
+    for kind in args.ops:
+        spec = SPECS[f"{kind}_step_"]
+        if not spec.reduce_op:
+            continue
+        kw = KWARGS[kind]
+        s = make_state(shapes, kind=kind)
+        rows[f"{kind} one call"] = (BYTES_PER_PARAM[kind], lambda s=s, kw=kw, k=kind: OURS[k](*s, lr=lr, **kw))
+        reduce, apply = getattr(inductor_lamb.ops, spec.reduce_op), getattr(inductor_lamb.ops, spec.apply_op)
+        s = make_state(shapes, kind=kind)
+        sums = reduce(*s, lr=lr, **kw)
+        rows[f"{kind} pass 1 (reduce)"] = (pass1_bytes[kind], lambda s=s, kw=kw, r=reduce: r(*s, lr=lr, **kw))
+        rows[f"{kind} pass 2 (apply, no stash)"] = (
+            BYTES_PER_PARAM[kind] - pass1_bytes[kind], lambda s=s, kw=kw, a=apply, sums=sums: a(*s, sums, lr=lr, **kw))
+        if kind == "lamb16":
+            s = make_state(shapes, kind=kind)
+            rows["lamb16 one call, round to nearest"] = (
+                BYTES_PER_PARAM[kind], lambda s=s, kw=kw: OURS["lamb16"](*s, lr=lr, stochastic_rounding=False, **kw))
+    a, b, c = (torch.rand(1 << 25) for _ in range(3))
+    best: dict[str, float] = {}
+    for _ in tqdm(range(5), desc="rounds", file=sys.stderr):
+        for name, (_, fn) in rows.items():
+            best[name] = min(best.get(name, float("inf")), median_seconds(fn, lambda: None, 7))
+        best["triad"] = min(best.get("triad", float("inf")),
+                            median_seconds(lambda: torch.add(b, c, alpha=1.5, out=a), lambda: None, 7))
+    triad_gbs = 12 * a.numel() / best["triad"] / 1e9
+    print(machine_line(args.threads))
+    print(f"BERT-like list ({len(shapes)} tensors, {n / 1e6:.1f}M params); triad {triad_gbs:.1f} GB/s")
+    print("| step | B/param | ms | x AdamW | GB/s | % triad |")
+    print("|---|---|---|---|---|---|")
+    out = []
+    for name, (floor, _) in rows.items():
+        gbs = floor * n / best[name] / 1e9
+        out.append({"step": name, "ms": best[name] * 1e3, "x_adamw": best[name] / best["AdamW(fused=True)"], "gbs": gbs})
+        print(f"| {name} | {floor} | {best[name] * 1e3:.2f} | {out[-1]['x_adamw']:.2f} | {gbs:.1f} | "
+              f"{gbs / triad_gbs * 100:.0f}% |")
+    return out
+
+
 def run_in_training(args) -> list[dict]:
     """Each optimizer's eager ``opt.step()`` inside an eager training loop (an 8-layer MLP of width
     1536, 18.9M params, batch 256), where forward and backward between steps evict the optimizer's
@@ -569,12 +630,17 @@ def main():
     ap.add_argument("--vs-adamw", action="store_true",
                     help="only the optimizers' steps against torch's fused AdamW at 1 and 2 threads, on the "
                          "BERT-like list and on BERT-large's tensor sizes, with a triad from the same run")
+    ap.add_argument("--passes", action="store_true",
+                    help="only where each layer-wise op's time goes: its one-call step and its two phases alone, "
+                         "beside torch's fused AdamW (BERT-like list)")
     ap.add_argument("--in-training", action="store_true",
                     help="only the optimizers' steps inside an eager training loop (forward and backward between "
                          "steps), against torch's fused AdamW")
     args = ap.parse_args()
     if args.in_training:
         run_in_training(args)
+    elif args.passes:
+        run_passes(args)
     elif args.vs_adamw:
         run_vs_adamw(args)
     elif args.checks:

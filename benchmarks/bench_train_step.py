@@ -1,7 +1,7 @@
 """A whole training step (forward, backward, optimizer step, zero_grad) compiled as
-one graph, with the optimizer step on each compile path (the default "auto", which
-lowers it here since the graph computes the grads; always lowered into Inductor IR;
-an external call to our kernel), against the same step run eagerly.
+one graph, with the optimizer step on each compile path (the default "auto": our kernel's
+call where the kernel is built; always lowered into Inductor IR; an external call to our
+kernel), against the same step run eagerly.
 
     python -m benchmarks.bench_train_step [--opt lamb lamb16] [--blocks 8] [--hidden 512] [--threads 2]
     python -m benchmarks.bench_train_step --model gpt2 --device cuda [--layers 12] [--width 768]
