@@ -22,7 +22,6 @@ Build with ``pip install --no-build-isolation .`` so the installed torch is used
 from __future__ import annotations
 
 import glob
-import json
 import os
 import platform
 import shutil
