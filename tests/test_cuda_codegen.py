@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from inductor_lamb.spec import STEPS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(torch.version.cuda is None or importlib.util.find_spec("triton") is None,
@@ -97,7 +99,7 @@ def test_generated_kernels_run_by_the_interpreter_match_the_reference(tmp_path) 
     (mixed, transposed, 0-d and empty tensors; three steps with a changing lr): the float64
     reference's params and state to float32 rounding."""
     out = tmp_path / "interpret.json"
-    ops = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
+    ops = [spec.name for spec in STEPS]  # every step op
     subprocess.run([sys.executable, "-m", "tools.cuda_codegen", "--interpret", *ops,
                     "--json", str(out)], check=True, timeout=900, cwd=ROOT)
     rows = json.loads(out.read_text())

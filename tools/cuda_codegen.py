@@ -162,7 +162,8 @@ def interpret_op(op: str, gpu: str) -> dict:
             lists[a.name] = [((torch.rand(s, generator=gen) * 0.1 + 1e-3) * fp8).to(a.dtype or torch.float32)
                              for s in INTERPRET_SHAPES]
         elif a.role is Role.SCALARS:
-            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}[a.name]
+            # (a state in flight: step 2, LAMB16's float8 scales, a per-tensor moment 0.3)
+            value = {"steps": 2.0, "exp_avg_scales": 2.5e-4, "exp_avg_sq_scales": 2e-6}.get(a.name, 0.3)
             lists[a.name] = [torch.tensor(value) for _ in INTERPRET_SHAPES]
     lists["params"][0] = lists["params"][0].t().contiguous().t()  # (a transposed param)
     hypers = {a.name: torch.tensor(float(a.default)) for a in spec.args
