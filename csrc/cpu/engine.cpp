@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include <unistd.h>
 
@@ -100,8 +102,27 @@ std::atomic<int64_t>& cache_bytes_override() {
 }
 }  // namespace
 
+// The size of the outermost cache core 0 shares, from Linux's sysfs: the cache a thread's
+// blocks stay in. glibc's sysconf reports a whole socket's L3 on AMD EPYC (384 MiB where a
+// core complex has 32 MiB), so a stash past 32 MiB would never stream there.
+static int64_t sysfs_last_level_cache_bytes() {
+  int64_t best_level = 0, bytes = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int64_t level = 0, size = 0;
+    std::string unit;
+    if (!(level_file >> level) || !(size_file >> size)) continue;
+    size_file >> unit;  // "32768K": sysfs gives K (M, G on some kernels)
+    const int64_t mul = unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 1;
+    if (level > best_level && size > 0) best_level = level, bytes = size * mul;
+  }
+  return bytes;
+}
+
 int64_t last_level_cache_bytes() {
   static const int64_t system = [] {
+    if (const int64_t b = sysfs_last_level_cache_bytes(); b > 0) return b;
     for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
       const long v = sysconf(name);
       if (v > 0) return int64_t(v);
