@@ -121,11 +121,12 @@ def cache_bytes():
     torch.ops.lamb._cpu_cache_bytes(0)
 
 
-# LAMB's and LAMB16's one-call steps on CPU stash each element's update in pass 1 for pass 2 to
-# apply (csrc/cpu/engine.h), stored plainly where a block fits the last-level cache and streamed
-# where it does not (a 1 MiB cache: every block of more than 64K elements), except for bf16 params
-# rounded stochastically, which recompute. Every way gives the two-phase form's bits (it
-# recomputes), on every instruction set and thread count.
+# LAMB's and LAMB16's one-call steps on CPU stash each element's update (LAMB16's new moments
+# too) in pass 1 for pass 2 to apply (csrc/cpu/engine.h), stored plainly where a block fits the
+# last-level cache and, for LAMB, streamed where it does not (a 1 MiB cache: every block of more
+# than 64K elements; LAMB16 recomputes there), except for bf16 params rounded stochastically,
+# which recompute. Every way gives the two-phase form's bits (it recomputes), on every
+# instruction set and thread count.
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cache", ["system", "1MiB"])
 @pytest.mark.parametrize("cap", available_capabilities())

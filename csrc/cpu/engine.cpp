@@ -156,15 +156,20 @@ float* stash_buffer(int64_t elems) {
 }  // namespace
 
 UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<int64_t>& numels, const Block& b,
-                      int64_t pass1_bytes, std::vector<int64_t>& offset) {
+                      int64_t cached_bytes, int64_t planes, std::vector<int64_t>& offset) {
   int64_t total = 0;
   for (int64_t t = b.t0; t < b.t1; ++t) {
     // A param rounded stochastically recomputes: its pass 2 reads m anyway (its rounding hashes the new m).
     offset[t] = tensors[t].round_param ? -1 : total;
     if (offset[t] >= 0) total += (numels[t] + 15) / 16 * 16;  // (64-byte aligned starts: streaming stores)
   }
-  if (total == 0 || total > kStashMaxElems) return {};
-  return {stash_buffer(total), offset.data(), total * pass1_bytes > last_level_cache_bytes()};
+  if (total == 0 || total * planes > kStashMaxElems) return {};
+  const bool stream = total * cached_bytes > last_level_cache_bytes();
+  // Past the cache a stash of several planes costs more than it saves: LAMB16's (u, m, v)
+  // streamed out and read back moves 24 bytes an element more, where recomputing decodes two
+  // bytes (1.22x the two phases' time on tensors of 2.4M elements, an AMD EPYC).
+  if (stream && planes > 1) return {};
+  return {stash_buffer(total * planes), offset.data(), stream, total};
 }
 
 void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,

@@ -73,14 +73,16 @@ struct Block {
 // empty ones included, is in exactly one block.
 std::vector<Block> make_blocks(const std::vector<Chunk>& chunks, int64_t num_tensors, int64_t max_elems);
 
-// The stash of block b's updates (UpdateStash): each tensor's elements (but those of a param
-// rounded stochastically, which recomputes: offset -1) at a 64-byte aligned offset (written to
-// offset[t] for t in the block) in a buffer this thread keeps between calls, streamed when the block's pass-1 bytes
-// exceed the last-level cache. None (data null) for a block of more than kStashMaxElems
-// elements: its pass 2 recomputes u.
+// The stash of block b's updates (UpdateStash): `planes` float planes (1: u; LAMB16's 3: u, m,
+// v), each with every tensor's elements (but those of a param rounded stochastically, which
+// recomputes: offset -1) at a 64-byte aligned offset (written to offset[t] for t in the block),
+// in a buffer this thread keeps between calls, streamed when the block's cached_bytes an element
+// (pass 1's reads and the stash) exceed the last-level cache. None (data null: pass 2
+// recomputes) for a block whose planes hold more than kStashMaxElems floats, or one of several
+// planes that would stream.
 constexpr int64_t kStashMaxElems = int64_t(16) << 20;  // a 64 MiB buffer at most
 UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<int64_t>& numels, const Block& b,
-                      int64_t pass1_bytes, std::vector<int64_t>& offset);
+                      int64_t cached_bytes, int64_t planes, std::vector<int64_t>& offset);
 
 // The size of this CPU's last-level cache (L3, else L2; 32 MiB if the system does not say),
 // unless set: tests and benchmarks take the streaming path of the stash with a smaller one.
@@ -222,9 +224,11 @@ class TwoPhaseStep {
     self().begin(true, true);
     std::vector<double> r;
     std::vector<int64_t> offset(stashes_ ? c_.n : 0);
-    for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / pass1_bytes_)) {
+    // (a block's pass-1 bytes and its stash: what pass 2 must find in cache)
+    const int64_t cached_bytes = pass1_bytes_ + 4 * stash_planes_;
+    for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / cached_bytes)) {
       r.assign(k_ * (b.t1 - b.t0), 0.0);
-      if (stashes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, pass1_bytes_, offset);
+      if (stashes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, cached_bytes, stash_planes_, offset);
       self().reduce_block(b, r.data());
       for (double& x : r) x = float(x);
       c_.apply_backward = true;  // (pass 2 starts where pass 1 ended: ChunkSpan::backward)
@@ -236,12 +240,14 @@ class TwoPhaseStep {
   }
 
  protected:
-  // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stashes: whether
+  // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stash_planes: the
+  // floats an element the one-call step's pass 1 leaves for pass 2 (stash_; 0: none).
   // the one-call step hands pass 1 a stash for its updates (stash_).
-  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, bool stashes = false)
-      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stashes_(stashes) {}
+  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0)
+      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes),
+        stashes_(stash_planes > 0) {}
 
-  // What pass 1 of a block may read for pass 2 to find it in cache: well under
+  // What pass 1 of a block may read and stash for pass 2 to find in cache: well under
   // the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons).
   static constexpr int64_t kBlockBytes = int64_t(8) << 20;
 
@@ -252,6 +258,7 @@ class TwoPhaseStep {
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
   const int64_t k_, pass1_bytes_;
+  const int64_t stash_planes_;
   const bool stashes_;
 };
 

@@ -17,7 +17,7 @@ namespace {
 class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
  public:
   explicit LambStep(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stashes=*/true),
+      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stash_planes=*/1),
         steps_(a.list("steps")),
         coeffs_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, 1.f, nullptr} {}

@@ -1,8 +1,8 @@
 // lamb::lamb16_step_ and its two phases on CPU: per-tensor scales and trust
 // ratios from common/lamb16.h around the element loops of lamb16_kernel.cpp.
 // The one-call op runs both a block of tensors at a time (TwoPhaseStep, engine.h), pass 1
-// stashing the updates that pass 2 applies (its square root and division, half of pass 2's
-// arithmetic), with the same bits as the two-phase form.
+// stashing the updates and the new float32 moments that pass 2 applies and encodes (no float8
+// decoding, moments, square root or division in pass 2), with the same bits as the two-phase form.
 #include <torch/library.h>
 
 #include "cpu/engine.h"
@@ -18,7 +18,7 @@ namespace {
 class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
  public:
   explicit Lamb16Step(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10, /*stashes=*/true),
+      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10, /*stash_planes=*/3),
         steps_(a.list("steps")),
         m_scales_(a.list("exp_avg_scales")),
         v_scales_(a.list("exp_avg_sq_scales")),

@@ -25,7 +25,7 @@ struct Lamb16Args {
   bool stochastic_rounding;  // pass 2 rounds m, v stochastically (else to nearest even)
   double* sums;         // pass 1: [chunk][||p||^2, ||u||^2]
   double* maxes;        // pass 1: [chunk][max |m|, max v]
-  UpdateStash stash;    // one-call step: pass 1 leaves u here, pass 2 reads it back
+  UpdateStash stash;    // one-call step: pass 1 leaves u, m, v here (three planes), pass 2 reads them back
 };
 
 struct Lamb16Kernels {

@@ -3,7 +3,9 @@
 // m8, v8 and reduces ||p||, ||u||, amax |m|, amax v (the new scales need the
 // whole tensor); pass 2 re-reads them, recomputes m, v, u, writes p and stores
 // m, v in float8 with the new scales, rounded stochastically by default
-// (common/rounding.h).
+// (common/rounding.h). In the one-call step pass 1 leaves u and the new m, v in
+// the stash's three planes, and pass 2 reads them from cache instead of decoding
+// and recomputing (it still reads g and the old codes: the rounding hashes them).
 #include "cpu/lamb16.h"
 #include "cpu/vec_engine.h"
 
@@ -20,11 +22,20 @@ using Elem = lamb16::Elem<fVec>;
 template <typename T>
 struct Lamb16Loads {
   F2 g, p, m, v;
-  inline Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n)
+  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n)
       : g(load2(static_cast<const T*>(t.grad) + i, n)),
         p(load_param(static_cast<const T*>(t.param), t.master, i, n)),
         m(load2(static_cast<const M8*>(t.state[0]) + i, n)),
         v(load2(static_cast<const V8*>(t.state[1]) + i, n)) {
+    g = {g.a * grad_mul, g.b * grad_mul};
+  }
+  // Pass 2 of the one-call step: the new moments from the stash's m and v planes.
+  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n, const float* stash,
+                     int64_t plane)
+      : g(load2(static_cast<const T*>(t.grad) + i, n)),
+        p(load_param(static_cast<const T*>(t.param), t.master, i, n)),
+        m(load2(stash + plane + i, n)),
+        v(load2(stash + 2 * plane + i, n)) {
     g = {g.a * grad_mul, g.b * grad_mul};
   }
 };
@@ -45,6 +56,7 @@ void pass1(const Lamb16Args& args) {
     const Elem e(args.consts, k.beta1_scale, k.beta2_scale);
     float* const stash = stash_of(args.stash, c.tensor);
     const bool stream = args.stash.stream;
+    const int64_t plane = args.stash.plane;
     SumSq p_sq, u_sq;
     AbsMax m_max, v_max;
     vec_range(
@@ -52,7 +64,11 @@ void pass1(const Lamb16Args& args) {
         [&](int64_t i, int64_t n) {
           Lamb16Loads<T> r(t, grad_mul, i, n);
           const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
-          if (stash) stash_store(stash, stream, i, n, u);
+          if (stash) {  // u, and the new moments (moments_update left them in r.m, r.v)
+            stash_store(stash, stream, i, n, u);
+            stash_store(stash + plane, stream, i, n, r.m);
+            stash_store(stash + 2 * plane, stream, i, n, r.v);
+          }
           p_sq.add(r.p, n);
           u_sq.add(u, n);
           m_max.add(r.m, n);
@@ -69,7 +85,7 @@ void pass1(const Lamb16Args& args) {
 }
 
 // One chunk of pass 2. Stochastic: whether m, v are rounded stochastically; Stashed: whether u
-// comes from pass 1's stash (template arguments, so the loop has no branch on them).
+// and the new m, v come from pass 1's stash (template arguments, so the loop has no branch on them).
 template <bool Stochastic, bool Stashed, typename T>
 void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, const float* stash) {
   constexpr int64_t W = fVec::size();
@@ -82,18 +98,22 @@ void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, co
   float* const master = t.master;
   uint8_t* const m8 = static_cast<uint8_t*>(t.state[0]);
   uint8_t* const v8 = static_cast<uint8_t*>(t.state[1]);
+  const int64_t plane = args.stash.plane;
   vec_range(
       c.begin, c.end,
       [&](int64_t i, int64_t n) {
-        Lamb16Loads<T> r(t, grad_mul, i, n);
+        // (stashed: the u, m, v pass 1 computed from the same inputs: the same bits)
+        Lamb16Loads<T> r = [&] {
+          if constexpr (Stashed) return Lamb16Loads<T>(t, grad_mul, i, n, stash, plane);
+          else return Lamb16Loads<T>(t, grad_mul, i, n);
+        }();
         const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
         MomentCodes codes[2];
         F2 u;
         if constexpr (Stashed) u = load2(stash + i, n);
         // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
         const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
-          if constexpr (Stashed) {  // (the u pass 1 computed from the same m, v: the same bits)
-            e.moments(g, m, v);
+          if constexpr (Stashed) {
             p = p - step_size * (half ? u.b : u.a);
           } else {
             p = p - step_size * moments_update(e, g, p, m, v);

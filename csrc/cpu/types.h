@@ -43,6 +43,8 @@ struct UpdateStash {
   const int64_t* offset = nullptr;  // per tensor of the list: where its elements start in data (64-byte
                                     // aligned), or -1: it recomputes
   bool stream = false;              // non-temporal stores: a block larger than the last-level cache
+  int64_t plane = 0;                // floats from one plane to the next: a step that stashes more than u
+                                    // (LAMB16: u, then the new m, then the new v, each at offset + k plane)
 };
 
 // Sum of squares of one list of tensors, one double per chunk (engine kernel).

@@ -27,6 +27,11 @@
 #include "cpu/fp8_avx2.h"
 #endif
 
+// The loads, stores and rounding an element loop is made of are inlined into it: left to its
+// size heuristics, GCC kept some as calls in LAMB16's loops, their vectors passing through
+// memory (its one-call step took 1.4x its two phases' time).
+#define INDUCTOR_LAMB_LOOP_INLINE inline __attribute__((always_inline))
+
 namespace inductor_lamb::cpu {
 inline namespace CPU_CAPABILITY {
 
@@ -41,11 +46,11 @@ template <typename T>
 struct VecIO {  // bfloat16 / half
   using bVec = at::vec::Vectorized<T>;
   static_assert(bVec::size() == kWidth, "16-bit vector must hold two float vectors");
-  static inline void load(const T* p, int64_t n, fVec& a, fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void load(const T* p, int64_t n, fVec& a, fVec& b) {
     bVec v = n == kWidth ? bVec::loadu(p) : bVec::loadu(p, n);
     std::tie(a, b) = at::vec::convert_to_float<T>(v);
   }
-  static inline void store(T* p, int64_t n, const fVec& a, const fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void store(T* p, int64_t n, const fVec& a, const fVec& b) {
     bVec v = at::vec::convert_from_float<T>(a, b);
     if (n == kWidth) v.store(p); else v.store(p, n);
   }
@@ -54,7 +59,7 @@ struct VecIO {  // bfloat16 / half
 template <>
 struct VecIO<float> {
   static constexpr int64_t W = fVec::size();
-  static inline void load(const float* p, int64_t n, fVec& a, fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void load(const float* p, int64_t n, fVec& a, fVec& b) {
     if (n == kWidth) {
       a = fVec::loadu(p);
       b = fVec::loadu(p + W);
@@ -63,7 +68,7 @@ struct VecIO<float> {
       b = n > W ? fVec::loadu(p + W, n - W) : fVec(0.f);
     }
   }
-  static inline void store(float* p, int64_t n, const fVec& a, const fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void store(float* p, int64_t n, const fVec& a, const fVec& b) {
     if (n == kWidth) {
       a.store(p);
       b.store(p + W);
@@ -133,7 +138,7 @@ template <typename T>
 struct Fp8IO {
   using Codec = Fp8Codec<T>;
   static constexpr int64_t W = fVec::size();
-  static inline void load(const T* p, int64_t n, fVec& a, fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void load(const T* p, int64_t n, fVec& a, fVec& b) {
     const uint8_t* src = reinterpret_cast<const uint8_t*>(p);
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
     uint8_t tail[kWidth];
@@ -163,7 +168,7 @@ struct Fp8IO {
     b = fVec::loadu(buf + W);
 #endif
   }
-  static inline void store(T* p, int64_t n, const fVec& a, const fVec& b) {
+  static INDUCTOR_LAMB_LOOP_INLINE void store(T* p, int64_t n, const fVec& a, const fVec& b) {
     uint8_t* dst = reinterpret_cast<uint8_t*>(p);
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
     // kWidth codes: two 16-byte vectors (AVX512) or one (AVX2)
@@ -194,14 +199,14 @@ struct F2 {
 };
 
 template <typename T>
-inline F2 load2(const T* p, int64_t n) {
+INDUCTOR_LAMB_LOOP_INLINE F2 load2(const T* p, int64_t n) {
   F2 r;
   VecIO<T>::load(p, n, r.a, r.b);
   return r;
 }
 
 template <typename T>
-inline void store2(T* p, int64_t n, const F2& x) {
+INDUCTOR_LAMB_LOOP_INLINE void store2(T* p, int64_t n, const F2& x) {
   VecIO<T>::store(p, n, x.a, x.b);
 }
 
@@ -216,7 +221,7 @@ inline float* stash_of(const UpdateStash& s, int64_t tensor) {
 // anyway and a plain store would first read each line from memory (the stash's bytes are then
 // those that recomputing u would read). Stash offsets and chunk starts keep full loop steps
 // 64-byte aligned, as the streaming stores need; stream_fence() orders them before pass 2.
-inline void stash_store(float* at, bool stream, int64_t i, int64_t n, const F2& u) {
+INDUCTOR_LAMB_LOOP_INLINE void stash_store(float* at, bool stream, int64_t i, int64_t n, const F2& u) {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
   if (stream && n == kWidth) {
 #if defined(CPU_CAPABILITY_AVX512)
@@ -239,13 +244,13 @@ inline void stream_fence(bool stream) {
 
 // A parameter as float32: from its float32 master copy when there is one.
 template <typename T>
-inline F2 load_param(const T* param, const float* master, int64_t i, int64_t n) {
+INDUCTOR_LAMB_LOOP_INLINE F2 load_param(const T* param, const float* master, int64_t i, int64_t n) {
   return master ? load2(master + i, n) : load2(param + i, n);
 }
 
 // Writes an updated parameter: the master copy (if any) and the param, rounded to T.
 template <typename T>
-inline void store_param(T* param, float* master, int64_t i, int64_t n, const F2& p) {
+INDUCTOR_LAMB_LOOP_INLINE void store_param(T* param, float* master, int64_t i, int64_t n, const F2& p) {
   if (master) store2(master + i, n, p);
   store2(param + i, n, p);
 }
@@ -533,7 +538,7 @@ struct MomentCodes {  // one float vector's codes, one per uint32 lane, and thei
   U32Vec m{0u}, v{0u}, hash{0u};
 };
 // old_m / old_v: the vector's fVec::size() old bytes.
-inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
+INDUCTOR_LAMB_LOOP_INLINE MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
                                     const uint8_t* old_v) {
   using namespace rounding;
   const U32Vec h = element_hash(key, VecLanes::as_bits(g), VecLanes::widen(old_m), VecLanes::widen(old_v));
@@ -541,7 +546,7 @@ inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, 
           h};
 }
 // Stores the n <= kWidth codes of a loop step's two vectors (every old byte was read).
-inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
+INDUCTOR_LAMB_LOOP_INLINE void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
   uint8_t out[2][kWidth];
   const bool full = n == kWidth;
   VecLanes::narrow(a.m, b.m, full ? m8 : out[0]);
@@ -555,7 +560,7 @@ struct MomentCodes {
   uint8_t m[fVec::size()], v[fVec::size()];
   HashVec hash;  // the element hashes
 };
-inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
+INDUCTOR_LAMB_LOOP_INLINE MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, const fVec& v, const uint8_t* old_m,
                                     const uint8_t* old_v) {
   using namespace rounding;
   float gs[fVec::size()], ms[fVec::size()], vs[fVec::size()];
@@ -569,7 +574,7 @@ inline MomentCodes stochastic_codes(uint32_t key, const fVec& g, const fVec& m, 
   }
   return c;
 }
-inline void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
+INDUCTOR_LAMB_LOOP_INLINE void store_codes(const MomentCodes& a, const MomentCodes& b, uint8_t* m8, uint8_t* v8, int64_t n) {
   constexpr int64_t W = fVec::size();
   std::memcpy(m8, a.m, std::min(n, W));
   std::memcpy(v8, a.v, std::min(n, W));
