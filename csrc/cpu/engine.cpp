@@ -165,10 +165,11 @@ UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<
   }
   if (total == 0 || total * planes > kStashMaxElems) return {};
   const bool stream = total * cached_bytes > last_level_cache_bytes();
-  // Past the cache a stash of several planes costs more than it saves: LAMB16's (u, m, v)
-  // streamed out and read back moves 24 bytes an element more, where recomputing decodes two
-  // bytes (1.22x the two phases' time on tensors of 2.4M elements, an AMD EPYC).
-  if (stream && planes > 1) return {};
+  // A stash of several planes pays only where it stays well inside the cache (which a core's
+  // neighbours share): LAMB16's (u, m, v) streamed out and read back moves 24 bytes an element
+  // more where recomputing decodes two bytes (1.22x the two phases' time on tensors of 2.4M
+  // elements, an AMD EPYC), and a block filling the cache spills it (tensors of 1.3M: no gain).
+  if (planes > 1 && total * cached_bytes > last_level_cache_bytes() / 2) return {};
   return {stash_buffer(total * planes), offset.data(), stream, total};
 }
 
