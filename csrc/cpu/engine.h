@@ -223,12 +223,12 @@ class TwoPhaseStep {
     if (c_.skip) return;
     self().begin(true, true);
     std::vector<double> r;
-    std::vector<int64_t> offset(stashes_ ? c_.n : 0);
+    std::vector<int64_t> offset(stash_planes_ ? c_.n : 0);
     // (a block's pass-1 bytes and its stash: what pass 2 must find in cache)
     const int64_t cached_bytes = pass1_bytes_ + 4 * stash_planes_;
     for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / cached_bytes)) {
       r.assign(k_ * (b.t1 - b.t0), 0.0);
-      if (stashes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, cached_bytes, stash_planes_, offset);
+      if (stash_planes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, cached_bytes, stash_planes_, offset);
       self().reduce_block(b, r.data());
       for (double& x : r) x = float(x);
       c_.apply_backward = true;  // (pass 2 starts where pass 1 ended: ChunkSpan::backward)
@@ -242,10 +242,8 @@ class TwoPhaseStep {
  protected:
   // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stash_planes: the
   // floats an element the one-call step's pass 1 leaves for pass 2 (stash_; 0: none).
-  // the one-call step hands pass 1 a stash for its updates (stash_).
   TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0)
-      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes),
-        stashes_(stash_planes > 0) {}
+      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes) {}
 
   // What pass 1 of a block may read and stash for pass 2 to find in cache: well under
   // the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons).
@@ -259,7 +257,6 @@ class TwoPhaseStep {
   Derived& self() { return static_cast<Derived&>(*this); }
   const int64_t k_, pass1_bytes_;
   const int64_t stash_planes_;
-  const bool stashes_;
 };
 
 // The CPU registrations of a family's ops over its call class (CPU, and SparseCPU
