@@ -24,8 +24,9 @@ struct E5M2 {  // e5m2: the high byte of a float16
   static constexpr bool kNanPattern = false;
 };
 
-// 16 codes -> two vectors of 8 floats. Exact: the codes placed as float16 bits.
-template <typename F>
+// 16 codes -> two vectors of 8 floats. Exact: the codes placed as float16 bits. Unit: the
+// float16 values themselves (the codes' values times F::kHalfScale), without the multiply back.
+template <typename F, bool Unit = false>
 inline void decode16(const __m128i& codes, __m256& a, __m256& b) {
   const __m256i c = _mm256_cvtepu8_epi16(codes);
   if (F::kNanPattern) {
@@ -35,9 +36,10 @@ inline void decode16(const __m128i& codes, __m256& a, __m256& b) {
     const __m256i nan16 = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));  // would be 1.875 * 2^8 = 480
     const __m256 scale = _mm256_set1_ps(1.f / F::kHalfScale);
     const __m256 qnan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
-    a = _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale), qnan,
+    const auto scaled = [&](__m256 x) { return Unit ? x : _mm256_mul_ps(x, scale); };
+    a = _mm256_blendv_ps(scaled(_mm256_cvtph_ps(_mm256_castsi256_si128(half))), qnan,
                          _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan16))));
-    b = _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale), qnan,
+    b = _mm256_blendv_ps(scaled(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1))), qnan,
                          _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan16, 1))));
   } else {
     const __m256i half = _mm256_slli_epi16(c, F::kDrop);

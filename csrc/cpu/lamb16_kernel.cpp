@@ -17,26 +17,36 @@ using M8 = c10::Float8_e4m3fn;
 using V8 = c10::Float8_e5m2;
 using Elem = lamb16::Elem<fVec>;
 
+// m's codes are decoded in their unit (Fp8Codec::kUnitScale), whose power of two the element
+// math's factor of m takes instead (Elem's beta1_scale times kUnitScale): a multiply fewer.
+constexpr float kMUnitScale = Fp8Codec<M8>::kUnitScale;
+
+// g divided by grad_scale (times grad_mul; when that is 1, as without a GradScaler, skipping the
+// multiply changes no bit).
+INDUCTOR_LAMB_LOOP_INLINE void scale_grad(F2& g, const fVec& grad_mul, bool scaled) {
+  if (scaled) g = {g.a * grad_mul, g.b * grad_mul};
+}
+
 // One loop step's inputs: g (divided by grad_scale: the rounding hashes its
-// bits), p, and the decoded codes of m and v.
+// bits), p, and the decoded codes of m (in their unit) and v.
 template <typename T>
 struct Lamb16Loads {
   F2 g, p, m, v;
-  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n)
+  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, bool scaled, int64_t i, int64_t n)
       : g(load2(static_cast<const T*>(t.grad) + i, n)),
         p(load_param(static_cast<const T*>(t.param), t.master, i, n)),
-        m(load2(static_cast<const M8*>(t.state[0]) + i, n)),
+        m(load2_unit(static_cast<const M8*>(t.state[0]) + i, n)),
         v(load2(static_cast<const V8*>(t.state[1]) + i, n)) {
-    g = {g.a * grad_mul, g.b * grad_mul};
+    scale_grad(g, grad_mul, scaled);
   }
   // Pass 2 of the one-call step: the new moments from the stash's m and v planes.
-  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, int64_t i, int64_t n, const float* stash,
-                     int64_t plane)
+  INDUCTOR_LAMB_LOOP_INLINE Lamb16Loads(const TensorPtrs& t, const fVec& grad_mul, bool scaled, int64_t i, int64_t n,
+                                        const float* stash, int64_t plane)
       : g(load2(static_cast<const T*>(t.grad) + i, n)),
         p(load_param(static_cast<const T*>(t.param), t.master, i, n)),
         m(load2(stash + plane + i, n)),
         v(load2(stash + 2 * plane + i, n)) {
-    g = {g.a * grad_mul, g.b * grad_mul};
+    scale_grad(g, grad_mul, scaled);
   }
 };
 
@@ -50,10 +60,11 @@ inline fVec moments_update(const Elem& e, const fVec& g, const fVec& p, fVec& m,
 
 void pass1(const Lamb16Args& args) {
   const fVec grad_mul(args.grad_mul);
+  const bool scaled = args.grad_mul != 1.f;
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t ci, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
     const Lamb16Coeffs& k = args.coeffs[c.tensor];
-    const Elem e(args.consts, k.beta1_scale, k.beta2_scale);
+    const Elem e(args.consts, k.beta1_scale * kMUnitScale, k.beta2_scale);
     float* const stash = stash_of(args.stash, c.tensor);
     const bool stream = args.stash.stream;
     const int64_t plane = args.stash.plane;
@@ -62,7 +73,7 @@ void pass1(const Lamb16Args& args) {
     vec_range(
         c.begin, c.end,
         [&](int64_t i, int64_t n) {
-          Lamb16Loads<T> r(t, grad_mul, i, n);
+          Lamb16Loads<T> r(t, grad_mul, scaled, i, n);
           const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
           if (stash) {  // u, and the new moments (moments_update left them in r.m, r.v)
             stash_store(stash, stream, i, n, u);
@@ -90,8 +101,9 @@ template <bool Stochastic, bool Stashed, typename T>
 void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, const float* stash) {
   constexpr int64_t W = fVec::size();
   const fVec grad_mul(args.grad_mul);
+  const bool scaled = args.grad_mul != 1.f;
   const Lamb16Coeffs& k = args.coeffs[c.tensor];
-  const Elem e(args.consts, k.beta1_scale, k.beta2_scale, k.inv_m_scale, k.inv_v_scale);
+  const Elem e(args.consts, k.beta1_scale * kMUnitScale, k.beta2_scale, k.inv_m_scale, k.inv_v_scale);
   const fVec step_size(k.step_size);
   const uint32_t key = k.round_key;
   T* const param = static_cast<T*>(t.param);
@@ -104,8 +116,8 @@ void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, co
       [&](int64_t i, int64_t n) {
         // (stashed: the u, m, v pass 1 computed from the same inputs: the same bits)
         Lamb16Loads<T> r = [&] {
-          if constexpr (Stashed) return Lamb16Loads<T>(t, grad_mul, i, n, stash, plane);
-          else return Lamb16Loads<T>(t, grad_mul, i, n);
+          if constexpr (Stashed) return Lamb16Loads<T>(t, grad_mul, scaled, i, n, stash, plane);
+          else return Lamb16Loads<T>(t, grad_mul, scaled, i, n);
         }();
         const OldCodes old(m8 + i, v8 + i, n);  // (the stochastic rounding hashes them)
         MomentCodes codes[2];

@@ -88,15 +88,22 @@ template <typename T>
 struct Fp8Codec {
   static constexpr bool kE4M3 = std::is_same_v<T, c10::Float8_e4m3fn>;
   static_assert(kE4M3 || std::is_same_v<T, c10::Float8_e5m2>);
+  // A code's value is its "unit" decoding (load2_unit) times kUnitScale: for e4m3, the value of
+  // the float16 the vector builds convert through, which skips a multiply a vector where the
+  // caller folds the power of two into a factor it multiplies by anyway (exactly: x * 2^-8 is
+  // exact for every e4m3 value, and (x 2^-8) (c 2^8) is x c rounded once).
+  static constexpr float kUnitScale = kE4M3 ? 256.f : 1.f;
 
   // One element (the generic build, and the tails): decoded through a table of all
   // 256 codes (built once from c10's decoder, so the same bits), a load instead of
   // c10's per-element branches; encoded by c10.
-  static float to_float(uint8_t x) { return table.value[x]; }
+  template <bool Unit = false>
+  static float to_float(uint8_t x) { return Unit ? table.unit[x] : table.value[x]; }
   static uint8_t from_float(float x) {
     return kE4M3 ? c10::detail::fp8e4m3fn_from_fp32_value(x) : c10::detail::fp8e5m2_from_fp32_value(x);
   }
 #if defined(CPU_CAPABILITY_AVX512)
+  template <bool Unit>
   static void to_float(const __m128i& x, __m512& o) {
     if constexpr (kE4M3) {
       // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
@@ -105,8 +112,8 @@ struct Fp8Codec {
       const __m256i h = _mm256_cvtepu8_epi16(x);
       const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
       const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
-      const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))),
-                                     _mm512_set1_ps(256.f));
+      __m512 f = _mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7)));
+      if constexpr (!Unit) f = _mm512_mul_ps(f, _mm512_set1_ps(kUnitScale));
       o = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
                              _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
     } else {
@@ -118,17 +125,20 @@ struct Fp8Codec {
   }
 #elif defined(CPU_CAPABILITY_AVX2)
   using Grid = std::conditional_t<kE4M3, fp8_avx2::E4M3, fp8_avx2::E5M2>;
-  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<Grid>(x, a, b); }
+  template <bool Unit>
+  static void to_float(const __m128i& x, __m256& a, __m256& b) { fp8_avx2::decode16<Grid, Unit>(x, a, b); }
   static __m128i from_float(const __m256& a, const __m256& b) { return fp8_avx2::encode16<Grid>(a, b); }
 #endif
 
  private:
   struct Table {
-    float value[256];
+    float value[256], unit[256];
     Table() {
-      for (int c = 0; c < 256; ++c)
+      for (int c = 0; c < 256; ++c) {
         value[c] = kE4M3 ? c10::detail::fp8e4m3fn_to_fp32_value(uint8_t(c))
                          : c10::detail::fp8e5m2_to_fp32_value(uint8_t(c));
+        unit[c] = value[c] / kUnitScale;
+      }
     }
   };
   static inline const Table table;
@@ -138,6 +148,8 @@ template <typename T>
 struct Fp8IO {
   using Codec = Fp8Codec<T>;
   static constexpr int64_t W = fVec::size();
+  // Unit: the codes' unit decoding (Fp8Codec::kUnitScale).
+  template <bool Unit = false>
   static INDUCTOR_LAMB_LOOP_INLINE void load(const T* p, int64_t n, fVec& a, fVec& b) {
     const uint8_t* src = reinterpret_cast<const uint8_t*>(p);
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
@@ -151,19 +163,19 @@ struct Fp8IO {
 #if defined(CPU_CAPABILITY_AVX512)
     static_assert(kWidth == 32, "two 16-lane float vectors");
     __m512 fa, fb;
-    Codec::to_float(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), fa);
-    Codec::to_float(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)), fb);
+    Codec::template to_float<Unit>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), fa);
+    Codec::template to_float<Unit>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)), fb);
     a = fa;
     b = fb;
 #elif defined(CPU_CAPABILITY_AVX2)
     static_assert(kWidth == 16, "two 8-lane float vectors");
     __m256 fa, fb;
-    Codec::to_float(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), fa, fb);
+    Codec::template to_float<Unit>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), fa, fb);
     a = fa;
     b = fb;
 #else
     float buf[kWidth];
-    for (int64_t k = 0; k < kWidth; ++k) buf[k] = k < n ? Codec::to_float(src[k]) : 0.f;
+    for (int64_t k = 0; k < kWidth; ++k) buf[k] = k < n ? Codec::template to_float<Unit>(src[k]) : 0.f;
     a = fVec::loadu(buf);
     b = fVec::loadu(buf + W);
 #endif
@@ -202,6 +214,14 @@ template <typename T>
 INDUCTOR_LAMB_LOOP_INLINE F2 load2(const T* p, int64_t n) {
   F2 r;
   VecIO<T>::load(p, n, r.a, r.b);
+  return r;
+}
+
+// float8 codes in their unit decoding (Fp8Codec::kUnitScale).
+template <typename T>
+INDUCTOR_LAMB_LOOP_INLINE F2 load2_unit(const T* p, int64_t n) {
+  F2 r;
+  Fp8IO<T>::template load<true>(p, n, r.a, r.b);
   return r;
 }
 
@@ -678,6 +698,25 @@ struct SumSq {
 
 // Running max of |x| (NaN propagates), reduced to one double per chunk: amax scales.
 struct AbsMax {
+#if defined(CPU_CAPABILITY_AVX512)
+  // vrangeps takes |x| and the maximum in one instruction, but drops NaN (it returns the other
+  // operand): NaN lanes are remembered in a mask instead (at::vec::maximum's NaN-propagating
+  // max, with the abs before it, is five instructions a vector; this is three).
+  __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  INDUCTOR_LAMB_LOOP_INLINE void add(const F2& x, int64_t n = kWidth) {
+    const F2 h = head(x, n);
+    constexpr int kMaxAbsNoSign = 0b1011;  // imm8: the larger magnitude, sign bit cleared
+    a = _mm512_range_ps(a, h.a, kMaxAbsNoSign);
+    b = _mm512_range_ps(b, h.b, kMaxAbsNoSign);
+    nan |= _mm512_cmp_ps_mask(h.a, h.b, _CMP_UNORD_Q);
+  }
+  inline double value() const {
+    // (the all-ones NaN that at::vec::maximum gives, as the other builds do)
+    if (nan) return double(_mm_cvtss_f32(_mm_castsi128_ps(_mm_set1_epi32(-1))));
+    return double(_mm512_reduce_max_ps(_mm512_max_ps(a, b)));
+  }
+#else
   fVec a{0.f}, b{0.f};
   inline void add(const F2& x, int64_t n = kWidth) {
     const F2 h = head(x, n);
@@ -694,6 +733,7 @@ struct AbsMax {
         if (std::isnan(x) || x > m) m = x;
     return m;
   }
+#endif
 };
 
 }  // namespace CPU_CAPABILITY
