@@ -1,7 +1,9 @@
 """A whole training step (forward, backward, optimizer step, zero_grad) compiled as
 one graph, with the optimizer step on each compile path (the default "auto": our kernel's
 call where the kernel is built; always lowered into Inductor IR; an external call to our
-kernel), against the same step run eagerly.
+kernel), against the same step run eagerly and against torch's ``AdamW(fused=True)`` in the
+same recipe (eager, and the same function compiled: its step graph-breaks, so without
+``fullgraph``).
 
     python -m benchmarks.bench_train_step [--opt lamb lamb16] [--blocks 8] [--hidden 512] [--threads 2]
     python -m benchmarks.bench_train_step --model gpt2 --device cuda [--layers 12] [--width 768]
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import types
 
 import torch
 from torch import nn
@@ -228,44 +231,56 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.hidden, generator=gen)
     y = torch.randint(0, 10, (args.batch,), generator=gen)
+    n_params = [p.numel() for p in make_model(args.blocks, args.hidden).parameters()]
+    print(f"{args.blocks} MLP blocks of width {args.hidden}: {len(n_params)} tensors, {sum(n_params) / 1e6:.1f}M "
+          f"params, batch {args.batch}")
+    # (optimizer, row, compile path): our ops' whole step in one fullgraph graph on each path;
+    # torch's AdamW graph-breaks in step() (_use_grad), so its compiled row is the same function
+    # compiled without fullgraph (forward and backward one graph, the step its own).
+    rows = [("AdamW(fused=True)", "eager", None), ("AdamW(fused=True)", "compiled (step graph-breaks)", "adamw")]
     for kind in args.opt:
-        cls, op = OPTIMIZERS[kind]
+        rows += [(kind, "eager", None), (kind, "compiled, auto (default)", "auto"),
+                 (kind, "compiled, lowering", "lowering"), (kind, "compiled, external", "external")]
+    # Every row is built (and compiled, each graph under its own path, guarded on its own model)
+    # first, then all are timed alternating in rounds, the best round's median each: timed one
+    # after another, the first compiled row ran 15-40% slower whichever path it was.
+    fns, compile_s = {}, {}
+    torch._dynamo.reset()
+    for kind, name, path in tqdm(rows, desc="compiling", file=sys.stderr, leave=False):
         model = make_model(args.blocks, args.hidden)
-        params = list(model.parameters())
-        print(f"\n{kind.upper()}: {len(params)} tensors, {sum(p.numel() for p in params) / 1e6:.1f}M params, "
-              f"batch {args.batch}")
-        print("| step                               |       ms | vs eager | compile s |")
-        print("|------------------------------------|----------|----------|-----------|")
-        paths = [("eager", None), ("compiled, auto (default)", "auto"), ("compiled, lowering", "lowering"),
-                 ("compiled, external", "external")]
-        # Every row is built (and compiled, each graph under its own path, guarded on its own model)
-        # first, then all are timed alternating in rounds, the best round's median each: timed one
-        # after another, the first compiled row ran 15-40% slower whichever path it was.
-        fns, compile_s = {}, {}
-        torch._dynamo.reset()
-        for name, path in tqdm(paths, desc=f"{kind}: compiling", file=sys.stderr, leave=False):
-            model = make_model(args.blocks, args.hidden)
+        if kind in OPTIMIZERS:
+            cls, op = OPTIMIZERS[kind]
             opt = cls(model.parameters(), lr=1e-3, weight_decay=0.01)
-            fn = lambda model=model, opt=opt: train_step(model, opt, x, y)  # noqa: E731
-            compile_s[name] = 0.0
-            if path is not None:
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
+        fn = lambda model=model, opt=opt: train_step(model, opt, x, y)  # noqa: E731
+        compile_s[kind, name] = 0.0
+        if path is not None:
+            if path != "adamw":
                 inductor_lamb.set_compile_path(path, ops=op)
-                step = torch.compile(train_step, fullgraph=True)
-                fn = lambda model=model, opt=opt, step=step: step(model, opt, x, y)  # noqa: E731
-                start = time.perf_counter()
-                fn()
-                compile_s[name] = time.perf_counter() - start
+            # (a copy of train_step's code object per row: Dynamo caches compiled frames per code
+            # object, and a row must not run a graph another row compiled under another path)
+            own = types.FunctionType(train_step.__code__.replace(), train_step.__globals__, f"train_step_{len(fns)}")
+            step = torch.compile(own, fullgraph=path != "adamw")
+            fn = lambda model=model, opt=opt, step=step: step(model, opt, x, y)  # noqa: E731
+            start = time.perf_counter()
             fn()
-            fns[name] = fn
-        inductor_lamb.set_compile_path()  # back to the default ("auto"); the compiled graphs keep theirs
-        best: dict[str, float] = {}
-        for _ in tqdm(range(args.rounds), desc=f"{kind}: rounds", file=sys.stderr, leave=False):
-            for name, fn in fns.items():
-                best[name] = min(best.get(name, float("inf")), median_seconds(fn, lambda: None, 5))
-        eager = best["eager"]
-        for name in fns:
-            print(f"| {name:34s} | {best[name] * 1e3:8.2f} | {best[name] / eager:7.2f}x | {compile_s[name]:9.1f} |")
-
+            compile_s[kind, name] = time.perf_counter() - start
+        fn()
+        fns[kind, name] = fn
+    inductor_lamb.set_compile_path()  # back to the default ("auto"); the compiled graphs keep theirs
+    best: dict[tuple[str, str], float] = {}
+    for _ in tqdm(range(args.rounds), desc="rounds", file=sys.stderr, leave=False):
+        for key, fn in fns.items():
+            best[key] = min(best.get(key, float("inf")), median_seconds(fn, lambda: None, 5))
+    adamw_eager = best["AdamW(fused=True)", "eager"]
+    adamw_compiled = best["AdamW(fused=True)", "compiled (step graph-breaks)"]
+    print("| optimizer | step | ms | vs its eager | vs AdamW, same recipe | compile s |")
+    print("|---|---|---|---|---|---|")
+    for (kind, name), t in best.items():
+        adamw = adamw_eager if name == "eager" else adamw_compiled
+        print(f"| {kind} | {name} | {t * 1e3:.2f} | {t / best[kind, 'eager']:.2f}x | {t / adamw:.2f}x | "
+              f"{compile_s[kind, name]:.1f} |")
 
 if __name__ == "__main__":
     main()
