@@ -45,7 +45,8 @@ template <>
 struct ValueOps<float> {
   // 1 / (sqrt(x) + eps): the denominator of Adam-style updates.
   static INDUCTOR_LAMB_HD float inv_sqrt_plus_eps(float x, float eps) { return 1.f / (sqrtf(x) + eps); }
-  // NaN-propagating min and clamp (saturating a value before a float8 encode).
+  // min and clamp saturating a value before a float8 encode: NaN in a or x propagates; the
+  // bounds b, lo, hi are never NaN (the vector forms may rely on it).
   static INDUCTOR_LAMB_HD float minimum(float a, float b) { return a != a || a < b ? a : b; }
   static INDUCTOR_LAMB_HD float clamp(float x, float lo, float hi) { return x != x ? x : x < lo ? lo : x > hi ? hi : x; }
 };

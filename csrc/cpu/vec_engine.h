@@ -456,7 +456,9 @@ template <>
 struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
   using V = inductor_lamb::cpu::CPU_CAPABILITY::fVec;
   static inline V inv_sqrt_plus_eps(const V& x, const V& eps) { return cpu::CPU_CAPABILITY::inv_sqrt_plus_eps(x, eps); }
-  static inline V minimum(const V& a, const V& b) { return at::vec::minimum(a, b); }
+  // (clamp_max is one minps with the bound first, which passes a NaN a through; at::vec::minimum
+  // propagates a NaN from either side in four instructions)
+  static inline V minimum(const V& a, const V& b) { return at::vec::clamp_max(a, b); }
   static inline V clamp(const V& x, const V& lo, const V& hi) { return at::vec::clamp(x, lo, hi); }
 };
 
