@@ -21,8 +21,9 @@ using Elem = lamb16::Elem<fVec>;
 // math's factor of m takes instead (Elem's beta1_scale times kUnitScale): a multiply fewer.
 constexpr float kMUnitScale = Fp8Codec<M8>::kUnitScale;
 
-// g divided by grad_scale (times grad_mul; when that is 1, as without a GradScaler, skipping the
-// multiply changes no bit).
+// g divided by grad_scale (times grad_mul; when that is 1, as without a GradScaler, the multiply is
+// skipped, as the lowering skips it: x * 1 is x, but for a subnormal under flush-to-zero or a
+// signalling NaN, whose bits the rounding's hash would then see unflushed or unquieted).
 INDUCTOR_LAMB_LOOP_INLINE void scale_grad(F2& g, const fVec& grad_mul, bool scaled) {
   if (scaled) g = {g.a * grad_mul, g.b * grad_mul};
 }

@@ -91,7 +91,8 @@ struct Fp8Codec {
   // A code's value is its "unit" decoding (load2_unit) times kUnitScale: for e4m3, the value of
   // the float16 the vector builds convert through, which skips a multiply a vector where the
   // caller folds the power of two into a factor it multiplies by anyway (exactly: x * 2^-8 is
-  // exact for every e4m3 value, and (x 2^-8) (c 2^8) is x c rounded once).
+  // exact for every e4m3 value, and (x 2^-8) (c 2^8) is x c rounded once, while c 2^8 is finite:
+  // LAMB16's c, beta1 times a scale of at most FLT_MAX / 448, is).
   static constexpr float kUnitScale = kE4M3 ? 256.f : 1.f;
 
   // One element (the generic build, and the tails): decoded through a table of all
@@ -137,7 +138,7 @@ struct Fp8Codec {
       for (int c = 0; c < 256; ++c) {
         value[c] = kE4M3 ? c10::detail::fp8e4m3fn_to_fp32_value(uint8_t(c))
                          : c10::detail::fp8e5m2_to_fp32_value(uint8_t(c));
-        unit[c] = value[c] / kUnitScale;
+        unit[c] = kE4M3 ? value[c] / kUnitScale : value[c];  // (e5m2's unit is its value, NaNs as c10's)
       }
     }
   };
@@ -714,7 +715,7 @@ struct AbsMax {
     nan |= _mm512_cmp_ps_mask(h.a, h.b, _CMP_UNORD_Q);
   }
   inline double value() const {
-    // (the all-ones NaN that at::vec::maximum gives, as the other builds do)
+    // (the all-ones NaN at::vec::maximum gave here, and gives on AVX2)
     if (nan) return double(_mm_cvtss_f32(_mm_castsi128_ps(_mm_set1_epi32(-1))));
     return double(_mm512_reduce_max_ps(_mm512_max_ps(a, b)));
   }

@@ -1,5 +1,5 @@
 // Checks csrc/cpu/fp8_avx2.h against c10's scalar float8 conversions: every code
-// decodes to c10's float, and every float32 bit pattern (or every `stride`-th
+// decodes to c10's float (and, in its unit, to it times kHalfScale), and every float32 bit pattern (or every `stride`-th
 // one) encodes to c10's code, for e4m3fn and e5m2. Built by tests/test_fp8_avx2.py
 // with -mavx2 -mf16c; prints the first mismatch and exits 1.
 #include <torch/headeronly/util/Float8_e4m3fn.h>
@@ -24,10 +24,20 @@ bool check(const char* name, Decode c10_decode, Encode c10_encode, uint64_t stri
     fp8::decode16<F>(_mm_load_si128(reinterpret_cast<const __m128i*>(codes)), a, b);
     _mm256_store_ps(out, a);
     _mm256_store_ps(out + 8, b);
+    // ... and in their unit (Unit: the float16's own value, c10's divided by 1 / kHalfScale)
+    alignas(32) float unit[16];
+    fp8::decode16<F, true>(_mm_load_si128(reinterpret_cast<const __m128i*>(codes)), a, b);
+    _mm256_store_ps(unit, a);
+    _mm256_store_ps(unit + 8, b);
     for (int k = 0; k < 16; ++k) {
-      const float want = c10_decode(codes[k]);
+      const float want = c10_decode(codes[k]), want_unit = want * F::kHalfScale;  // (exact: a power of two)
       if (!(std::memcmp(&want, &out[k], 4) == 0 || (std::isnan(want) && std::isnan(out[k])))) {
         std::printf("%s decode 0x%02x: got %g, c10 %g\n", name, codes[k], out[k], want);
+        return false;
+      }
+      if (!(std::memcmp(&want_unit, &unit[k], 4) == 0 || (std::isnan(want) && std::isnan(unit[k])))) {
+        std::printf("%s unit decode 0x%02x: got %g, c10 %g times %g\n", name, codes[k], unit[k], want,
+                    double(F::kHalfScale));
         return false;
       }
     }
