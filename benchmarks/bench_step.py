@@ -164,8 +164,6 @@ def rows_for(kind, shapes, compiled_reference=True) -> list[tuple[str, int, Call
 
 def run(args) -> list[dict]:
     torch.set_num_threads(args.threads)
-    if args.capability:
-        inductor_lamb.set_cpu_capability(args.capability)
     workloads = {"(a) 1x 1024x1024": [(1024, 1024)], "(b) BERT-like": bert_like_shapes()}
     print(f"# {machine_line(args.threads)}; our CPU kernels: {inductor_lamb.cpu_capability()}\n")
     tables = [(kind, w) for kind in args.ops for w in workloads]
@@ -235,8 +233,6 @@ def run_checks(args) -> None:
 
 def run_rounding(args) -> None:
     torch.set_num_threads(args.threads)
-    if args.capability:
-        inductor_lamb.set_cpu_capability(args.capability)
     print(f"# {machine_line(args.threads)}; our CPU kernels: {inductor_lamb.cpu_capability()}\n")
     print("| op | workload | bf16, nearest ms | bf16, stochastic ms | stochastic / nearest |")
     print("|---|---|---|---|---|")
@@ -637,6 +633,8 @@ def main():
                     help="only the optimizers' steps inside an eager training loop (forward and backward between "
                          "steps), against torch's fused AdamW")
     args = ap.parse_args()
+    if args.capability:  # (every table's CPU kernels)
+        inductor_lamb.set_cpu_capability(args.capability)
     if args.in_training:
         run_in_training(args)
     elif args.passes:
