@@ -241,7 +241,7 @@ def main() -> None:
     for kind in args.opt:
         rows += [(kind, "eager", None), (kind, "compiled, auto (default)", "auto"),
                  (kind, "compiled, lowering", "lowering"), (kind, "compiled, external", "external")]
-    # Every row is built (and compiled, each graph under its own path, guarded on its own model)
+    # Every row is built (and compiled, each from its own copy of the step function, on its path)
     # first, then all are timed alternating in rounds, the best round's median each: timed one
     # after another, the first compiled row ran 15-40% slower whichever path it was.
     fns, compile_s = {}, {}
@@ -281,6 +281,7 @@ def main() -> None:
         adamw = adamw_eager if name == "eager" else adamw_compiled
         print(f"| {kind} | {name} | {t * 1e3:.2f} | {t / best[kind, 'eager']:.2f}x | {t / adamw:.2f}x | "
               f"{compile_s[kind, name]:.1f} |")
+
 
 if __name__ == "__main__":
     main()
