@@ -272,10 +272,10 @@ def main() -> None:
             cell = run_child("train", dict(recipe=what, opt_names=list(args.opt), device=args.device, timed=True),
                              args.threads)
             result["train"].setdefault(what, {}).update({k: v for k, v in cell.items() if k != "compile_s"})
+        if args.json:  # (after every cell: a run cut short keeps what it measured)
+            args.json.write_text(json.dumps(result, indent=1))
     print(result["machine"])
     print_tables(result, args.opt)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
 
 
 def print_tables(result: dict, opts: list[str]) -> None:

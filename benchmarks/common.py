@@ -87,8 +87,14 @@ def stream_bandwidth(numel: int = 1 << 25) -> dict[str, float]:
     return {"copy": 8 * numel / t_copy / 1e9, "triad": 12 * numel / t_triad / 1e9, "rmw": 12 * numel / t_rmw / 1e9}
 
 
-def bench_cuda(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_iters: int = 500) -> float:
-    """Median seconds per call, timed with CUDA events around each call."""
+def bench_cuda(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3, max_iters: int = 500,
+               calls: int = 1) -> float:
+    """Median seconds per call, timed with CUDA events around each sample of ``calls`` calls.
+
+    With ``calls=1`` the GPU is idle when a call starts, so the time includes the host's work before
+    its first launch (a latency). With several calls back to back the host prepares each call while
+    the GPU runs the last, as in a training loop: the time is the larger of the two (a throughput).
+    """
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -96,15 +102,16 @@ def bench_cuda(fn: Callable[[], object], min_time: float = 0.3, warmup: int = 3,
     fn()
     torch.cuda.synchronize()
     one = max(time.perf_counter() - t0, 1e-6)
-    iters = int(min(max_iters, max(10, min_time / one)))
+    iters = int(min(max_iters, max(10, min_time / (one * calls))))
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / calls)
     return statistics.median(times)
 
 

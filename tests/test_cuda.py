@@ -89,7 +89,7 @@ def test_matches_float64_reference(case):
 
 
 @pytest.mark.parametrize("layout", ["transposed", "strided"])
-@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
 def test_noncontiguous(case, layout):
     name, args, kwargs = op_args(case)
     c_args, kwargs = to(args, "cuda"), to(kwargs, "cuda")
@@ -100,7 +100,7 @@ def test_noncontiguous(case, layout):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
 def test_low_precision_with_master(case, dtype):
     name, args, kwargs = op_args(case, dtype=dtype)
     c_args, c_kwargs = to(clone_lists(args), "cuda"), to({**kwargs, "master_params": clone_lists([kwargs["master_params"]])[0]}, "cuda")
@@ -112,7 +112,7 @@ def test_low_precision_with_master(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
 def test_stochastic_rounding_matches_cpu_bits(case, dtype):
     """bf16/fp16 params without master copies, rounded stochastically (the default): the
     CPU kernel's bits, since both hash (seed, step, element) the same way. Where the float32
@@ -148,7 +148,7 @@ def cuda_launches(fn) -> int:
     return sum(1 for e in prof.events() if "inductor_lamb" in e.name and e.device_type.name == "CUDA")
 
 
-@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad", "novograd"])
 def test_many_tensors_one_call_launches_what_the_module_counts(case):
     """A step launches the same kernels whatever the number of tensors (a layer-wise op: pass 1,
     the per-tensor totals and coefficients, pass 2; LAMB with clipping two more; Adagrad two):
@@ -177,7 +177,7 @@ def test_many_tensors_one_call_launches_what_the_module_counts(case):
     assert launches(10, mixed=True) == counted + chunk_kernels
 
 
-@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb_all_options", "lamb16", "lars", "adagrad", "novograd"])
 @pytest.mark.parametrize("offsets", [(0, 0, 0), (1, 1, 1), (3, 3, 3), (1, 2, 3), (0, 5, 0)],
                          ids=lambda o: "offsets-" + "-".join(map(str, o)))
 def test_views_at_any_offset_and_odd_sizes(case, offsets):
@@ -217,7 +217,7 @@ def test_deterministic_bits():
         assert all(equal(x.cpu(), y.cpu()) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
 def test_cuda_graph_capture_and_replay(case):
     name, args, kwargs = op_args(case)
     eager_args, kwargs = to(clone_lists(args), "cuda"), to(kwargs, "cuda")
@@ -754,6 +754,48 @@ def test_concurrent_steps_on_two_threads_and_streams():
             opt.step()
         torch.cuda.synchronize()
         _assert_same_run(run[1], run[0])
+
+
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
+def test_pinned_table_uploads_under_stress(case):
+    """200 calls, each on another subset of 27 tensors (a table of its own, copied up from pinned
+    memory), on one of three streams ordered by stream waits alone, with no host sync between
+    calls: the bits of the same calls each followed by a synchronize (every copy done before the
+    next table is made). A pinned buffer reused too soon would hand a call another's table."""
+    gen = torch.Generator().manual_seed(7)
+    shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(27)]
+    name, args, kwargs = op_args(case, shapes=shapes)
+    per_param = {k for k, v in kwargs.items() if isinstance(v, list)}
+    calls = []
+    for _ in range(200):
+        k = int(torch.randint(1, len(shapes) + 1, (1,), generator=gen))
+        calls.append((torch.randperm(len(shapes), generator=gen)[:k].tolist(),
+                      int(torch.randint(0, 3, (1,), generator=gen)), 0.01 * (1 + float(torch.rand(1, generator=gen)))))
+    lrs = [torch.tensor(lr, device="cuda") for _, _, lr in calls]  # (made before: no copies between calls)
+    kw = to(kwargs, "cuda")
+    op = getattr(torch.ops.lamb, name)
+
+    def call(lists, idx, lr):
+        sub = [[lst[i] for i in idx] if isinstance(lst, list) else lst for lst in lists]
+        op(*sub, lr, **{k: [v[i] for i in idx] if k in per_param else v for k, v in kw.items()})
+
+    stressed, synced = to(clone_lists(args), "cuda"), to(clone_lists(args), "cuda")
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    last = torch.cuda.current_stream()
+    for (idx, s, _), lr in zip(calls, lrs):
+        streams[s].wait_stream(last)
+        with torch.cuda.stream(streams[s]):
+            call(stressed, idx, lr)
+        last = streams[s]
+    torch.cuda.current_stream().wait_stream(last)
+    for (idx, _, _), lr in zip(calls, lrs):
+        call(synced, idx, lr)
+        torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(stressed, synced)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert equal(x, y), f"list {i}[{j}] differs"
 
 
 def test_load_state_dict_then_a_new_capture():

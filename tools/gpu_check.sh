@@ -5,12 +5,14 @@
 #
 #   bash tools/gpu_check.sh 1        # build, tests/test_cuda.py, the four ops' step tables
 #                                    # against their torch twins, an ncu profile of LAMB16's
-#                                    # and LAMB's kernels (about 5 minutes on an H100: build
-#                                    # 50 s, tests 140 s)
-#   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), the GPT-2
-#                                    # training step, the compiled recipes with reduce-overhead
-#                                    # (bench_recipes), FSDP2 + Lamb on NCCL (world size 1) against
-#                                    # CPU/gloo, the step tables' peers (reference, timm, torchao)
+#                                    # and LAMB's kernels (about 3.5 minutes on an H100: build
+#                                    # and tests 90 s each)
+#   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), FSDP2 + Lamb
+#                                    # on NCCL (world size 1) against CPU/gloo, the compiled
+#                                    # training recipes with reduce-overhead (bench_recipes), the
+#                                    # GPT-2 training step, the step tables' peers (reference,
+#                                    # timm, torchao): more than 10 minutes in all; what comes
+#                                    # last is cut first
 #   bash tools/gpu_check.sh 1 2      # both, one after the other
 #
 # Step tables: a BERT-large-like list and 1000 small tensors, GB/s at each method's
@@ -72,11 +74,8 @@ for half in "${halves[@]}"; do
       done
     fi
   elif [ "$half" = 2 ]; then
-    $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 1 2>&1 \
-      | tee "$out/train_step_gpt2.txt"
-    # The compiled recipes with reduce-overhead (CUDA graphs) beside fused AdamW, cold compiles
-    timeout 400 $py -m benchmarks.bench_recipes --device cuda --opt lamb adamw --lists small \
-      --json "$out/recipes_cuda.json" 2>&1 | tail -20 | tee "$out/recipes_cuda.txt"
+    # What has run least first: on an H100 the GPT-2 table takes about 5 minutes (a compile of
+    # 40-55 s a compiled row), so it comes after FSDP2 (seconds) and the recipes' table.
     # FSDP2 + Lamb on NCCL at world size 1, eager and compiled, and the same run on CPU/gloo
     for args in "" "--compile"; do
       $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
@@ -84,6 +83,13 @@ for half in "${halves[@]}"; do
       CUDA_VISIBLE_DEVICES= $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args \
         2>&1 | tail -3 | tee -a "$out/train_fsdp_gloo.txt"
     done
+    # The training-step recipes, reduce-overhead (CUDA graphs) included, beside fused AdamW; cold
+    # compiles, each cell a fresh process
+    timeout 300 $py -m benchmarks.bench_recipes --device cuda --opt lamb adamw --lists \
+      --recipes compiled_opt_step_ro whole_step_ro \
+      --json "$out/recipes_cuda.json" 2>&1 | grep -v "it/s]" | tee "$out/recipes_cuda.txt"
+    $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 0.5 2>&1 \
+      | tee "$out/train_step_gpt2.txt"
     $py -m benchmarks.bench_step --device cuda --min-time 0.5 "${ref[@]}" 2>&1 | tee "$out/bench_step_cuda_2.txt"
   else
     echo "unknown half '$half' (1 or 2)"; exit 2
