@@ -257,25 +257,34 @@ def main() -> None:
     from benchmarks.common import machine_line
 
     result: dict = {"machine": machine_line(args.threads), "device": args.device, "step": {}, "train": {}}
+    # step times before the cold compiles: a run cut short keeps the times
     jobs = [("step", w, o) for w in args.lists for o in args.opt] + \
-           [("train", r, o) for r in recipes if r != "eager" for o in args.opt] + \
-           [("train-timed", r, None) for r in recipes]
+           [("train-timed", r, None) for r in recipes] + \
+           [("train", r, o) for r in recipes if r != "eager" for o in args.opt]
     for kind, what, opt in tqdm(jobs, desc="cells (a fresh process each)"):
-        if kind == "step":
-            result["step"][f"{what}/{opt}"] = run_child("step", dict(opt_name=opt, which=what, device=args.device,
-                                                                     timed=True), args.threads)
-        elif kind == "train":
-            cell = run_child("train", dict(recipe=what, opt_names=[opt], device=args.device, timed=False),
-                             args.threads)
-            result["train"].setdefault(what, {}).setdefault("compile_s", {})[opt] = cell["compile_s"][opt]
-        else:
-            cell = run_child("train", dict(recipe=what, opt_names=list(args.opt), device=args.device, timed=True),
-                             args.threads)
-            result["train"].setdefault(what, {}).update({k: v for k, v in cell.items() if k != "compile_s"})
+        try:
+            run_cell(result, kind, what, opt, args)
+        except RuntimeError as e:  # a cell that fails leaves its error, the others still run
+            print(f"{kind} {what} {opt or ''}: {str(e)[-2000:]}", file=sys.stderr)
         if args.json:  # (after every cell: a run cut short keeps what it measured)
             args.json.write_text(json.dumps(result, indent=1))
     print(result["machine"])
     print_tables(result, args.opt)
+
+
+def run_cell(result: dict, kind: str, what: str, opt: str | None, args: argparse.Namespace) -> None:
+    """One cell of main's jobs, in a fresh process, its figures added to ``result``."""
+    if kind == "step":
+        result["step"][f"{what}/{opt}"] = run_child("step", dict(opt_name=opt, which=what, device=args.device,
+                                                                 timed=True), args.threads)
+    elif kind == "train":
+        cell = run_child("train", dict(recipe=what, opt_names=[opt], device=args.device, timed=False),
+                         args.threads)
+        result["train"].setdefault(what, {}).setdefault("compile_s", {})[opt] = cell["compile_s"][opt]
+    else:
+        cell = run_child("train", dict(recipe=what, opt_names=list(args.opt), device=args.device, timed=True),
+                         args.threads)
+        result["train"].setdefault(what, {}).update({k: v for k, v in cell.items() if k != "compile_s"})
 
 
 def print_tables(result: dict, opts: list[str]) -> None:

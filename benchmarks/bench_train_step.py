@@ -196,8 +196,9 @@ def run_gpt2(args) -> None:
             try:
                 fn()
             except Exception as e:  # a recipe this torch cannot compile leaves its error, not a dead table
-                print(f"| {opt_name} | {recipe} | failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:160]} |",
-                      flush=True)
+                inner = getattr(e, "inner_exception", None) or e
+                lines = (str(inner).strip() or repr(inner)).splitlines() or [""]
+                print(f"| {opt_name} | {recipe} | failed: {type(inner).__name__}: {lines[0][:160]} |", flush=True)
                 model = opt = fn = None
                 continue
             if device.type == "cuda":

@@ -112,7 +112,7 @@ def test_low_precision_with_master(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16", "lars", "adagrad", "novograd_decoupled"])
 def test_stochastic_rounding_matches_cpu_bits(case, dtype):
     """bf16/fp16 params without master copies, rounded stochastically (the default): the
     CPU kernel's bits, since both hash (seed, step, element) the same way. Where the float32
@@ -760,8 +760,9 @@ def test_concurrent_steps_on_two_threads_and_streams():
 def test_pinned_table_uploads_under_stress(case):
     """200 calls, each on another subset of 27 tensors (a table of its own, copied up from pinned
     memory), on one of three streams ordered by stream waits alone, with no host sync between
-    calls: the bits of the same calls each followed by a synchronize (every copy done before the
-    next table is made). A pinned buffer reused too soon would hand a call another's table."""
+    calls and all of them queued behind a quarter second of GPU sleep: the bits of the same calls
+    each followed by a synchronize (every copy done before the next table is made). A pinned
+    buffer reused before its copy ran would hand a call another's table."""
     gen = torch.Generator().manual_seed(7)
     shapes = [MIXED_SHAPES[i % len(MIXED_SHAPES)] for i in range(27)]
     name, args, kwargs = op_args(case, shapes=shapes)
@@ -783,6 +784,7 @@ def test_pinned_table_uploads_under_stress(case):
     torch.cuda.synchronize()
     streams = [torch.cuda.Stream() for _ in range(3)]
     last = torch.cuda.current_stream()
+    torch.cuda._sleep(500_000_000)  # (about 0.25 s: every upload below queues behind it, none done yet)
     for (idx, s, _), lr in zip(calls, lrs):
         streams[s].wait_stream(last)
         with torch.cuda.stream(streams[s]):

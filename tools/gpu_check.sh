@@ -87,7 +87,7 @@ for half in "${halves[@]}"; do
     # compiles, each cell a fresh process
     timeout 300 $py -m benchmarks.bench_recipes --device cuda --opt lamb adamw --lists \
       --recipes compiled_opt_step_ro whole_step_ro \
-      --json "$out/recipes_cuda.json" 2>&1 | grep -v "it/s]" | tee "$out/recipes_cuda.txt"
+      --json "$out/recipes_cuda.json" 2>&1 | tee "$out/recipes_cuda.txt"
     $py -m benchmarks.bench_train_step --model gpt2 --device cuda --batch 8 --context 512 --min-time 0.5 2>&1 \
       | tee "$out/train_step_gpt2.txt"
     $py -m benchmarks.bench_step --device cuda --min-time 0.5 "${ref[@]}" 2>&1 | tee "$out/bench_step_cuda_2.txt"
