@@ -4,9 +4,9 @@
 # $OUT (or /tmp):
 #
 #   bash tools/gpu_check.sh 1        # build, tests/test_cuda.py, the four ops' step tables
-#                                    # against their torch twins, an ncu profile of LAMB16's
-#                                    # and LAMB's kernels (about 3.5 minutes on an H100: build
-#                                    # and tests 90 s each)
+#                                    # against their torch twins, an ncu profile of LAMB16's,
+#                                    # LAMB's and Adagrad's kernels (about 3.5 minutes on an
+#                                    # H100: build and tests 90 s each)
 #   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), FSDP2 + Lamb
 #                                    # on NCCL (world size 1) against CPU/gloo, the compiled
 #                                    # training recipes with reduce-overhead (bench_recipes), the
@@ -65,11 +65,14 @@ for half in "${halves[@]}"; do
     tail -40 "$out/test_cuda.txt"
     $py -m benchmarks.bench_step --device cuda --min-time 0.3 --no-peers --ops lamb lamb16 lars adagrad 2>&1 \
       | tee "$out/bench_step_cuda_1.txt"
-    # LAMB16's and LAMB's kernels of one BERT-large step, profiled (where ncu is installed)
+    # LAMB16's, LAMB's and Adagrad's kernels of one BERT-large step, profiled (where ncu is
+    # installed): op:kernels a call (two calls skipped, one profiled)
     if command -v ncu > /dev/null; then
-      for op in lamb16 lamb; do
+      for spec in lamb16:3 lamb:3 adagrad:2; do
+        op=${spec%:*} n=${spec#*:}
         timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-          -k regex:"pass|finish" --launch-skip 6 --launch-count 3 $py -m tools.profile_step $op > "$out/ncu_$op.txt" 2>&1
+          -k regex:"pass|finish|update|increment" --launch-skip $((2 * n)) --launch-count $n \
+          $py -m tools.profile_step $op > "$out/ncu_$op.txt" 2>&1
         grep -E "^  [a-z_0-9:<>]+.*\(|Duration|DRAM Throughput|Memory Throughput" "$out/ncu_$op.txt" | cut -c1-120
       done
     fi
