@@ -17,13 +17,13 @@ import inductor_lamb
 from inductor_lamb import reference
 from inductor_lamb.spec import SPECS
 
-OPS = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_"]
+OPS = ["lamb_step_", "lamb16_step_", "lars_step_", "adagrad_step_", "novograd_step_"]
 # hyper-parameters whose updates are a fraction of bfloat16's spacing: what rounding to
 # nearest loses
 # nearest loses (at bfloat16's spacing; float16's is 8 times finer: lr / 8)
 SMALL = {"lamb_step_": dict(lr=1e-3, weight_decay=0.0), "lamb16_step_": dict(lr=1e-3),
          "lars_step_": dict(lr=1e-3, weight_decay=[0.0], layer_adaptation=[False], momentum=0.0),
-         "adagrad_step_": dict(lr=1e-3)}
+         "adagrad_step_": dict(lr=1e-3), "novograd_step_": dict(lr=1e-3, weight_decay=0.0)}
 N = 4096
 
 
@@ -126,7 +126,7 @@ def _lm(seed=0):
 
 
 OPTIMIZERS = {"Lamb": dict(lr=1e-3), "Lamb16": dict(lr=1e-3), "Lars": dict(lr=0.5, momentum=0.9),
-              "Adagrad": dict(lr=1e-3)}
+              "Adagrad": dict(lr=1e-3), "NovoGrad": dict(lr=1e-3)}
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
