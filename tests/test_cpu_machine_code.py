@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nm") is None, reason="needs binuti
 ISAS = ("AVX2", "AVX512")
 # The functions that run whole chunks, a call per chunk or per pass (cpu/vec_engine.h, the
 # *_kernel.cpp files): the only ones that may stand alone.
-CHUNK_LOOPS = {"pass1", "pass2", "pass2_loop", "pass2_chunk", "update", "sumsq", "one_state_update", "run_chunks",
+CHUNK_LOOPS = {"pass1", "pass1_chunk", "pass2", "pass2_loop", "pass2_chunk", "update", "sumsq", "one_state_update", "vec_range", "run_chunks",
                "for_each_chunk", "for_each_typed_chunk"}
 # ... and torch's threading, which calls them once a thread (the OpenMP region's body).
 THREADING = (["at", "internal", "invoke_parallel"], ["at", "parallel_for"])

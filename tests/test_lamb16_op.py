@@ -312,6 +312,38 @@ def test_float8_encoding_matches_torch_conversion(cap, stochastic):
     assert equal(lists[3][0], reference.fp8_encode(v, sv, E5M2, hashes))
 
 
+@pytest.mark.parametrize("stochastic", [False, True], ids=["nearest", "stochastic"])
+def test_an_infinite_v_in_one_chunk_takes_the_exact_denominator(stochastic):
+    """The AVX512 loops skip their check for special denominators where every v is finite
+    (pass 1 learns it from a chunk's amax v and reruns a chunk that had an infinite one; pass 2
+    from the tensor's). A v that overflows to inf in one chunk of a long tensor, beside finite
+    tensors: its element's update is wd * p (1 / (inf + eps) = 0) and every param stays finite and
+    close to the generic build's, both passes alone and the one-call step."""
+    n = 3 * 16384 + 5  # (chunks of 16384 elements: common/math.h)
+    out = {}
+    for cap in ("best", "default"):
+        if cap == "default":
+            inductor_lamb.set_cpu_capability("default")
+        lists = make([(n,), (4096,)], seed=9)
+        lists[1][0][16384 + 77] = 3e38  # v = (1 - beta2) g^2 overflows: chunk 1 of tensor 0
+        p0 = lists[0][0][16384 + 77].item()
+        kw = dict(weight_decay=0.01, stochastic_rounding=stochastic)
+        one = clone_lists(lists)
+        op(one, 0.01, **kw)
+        sums = inductor_lamb.ops.lamb16_reduce_(*lists, lr=torch.tensor(0.01), **kw)
+        inductor_lamb.ops.lamb16_apply_(*lists, sums, lr=torch.tensor(0.01), **kw)
+        for got in (one, lists):
+            assert all(torch.isfinite(p).all() for p in got[0])
+            assert torch.equal(got[0][0], one[0][0]) and torch.isinf(got[5][0])  # (v's scale: inf)
+        # the step size: lr * trust ratio, from ||p|| and ||u|| the reduce op returned
+        r = (sums[0][0].sqrt() / sums[0][1].sqrt() * 1e-3 / 0.01).item() ** 0.382  # (trust_scale's default)
+        step = 0.01 * min(r, 2.0)
+        torch.testing.assert_close(lists[0][0][16384 + 77].item(), p0 - step * 0.01 * p0, rtol=1e-5, atol=0)
+        out[cap] = lists
+    for x, y in zip(out["best"][0], out["default"][0]):
+        torch.testing.assert_close(x, y)
+
+
 def test_nonfinite_values_encode_alike_on_every_capability():
     """NaN and inf grads reach the float8 encoders (through the moments and the
     scales): the vector encoders must give the scalar c10 encoder's codes for them."""

@@ -51,6 +51,8 @@ INDUCTOR_LAMB_HD float beta_scale(const float* beta, float old_scale) { return *
 struct Consts {
   float one_minus_beta1, one_minus_beta2, eps, wd;
 };
+// Whether eps lets Elem::update<true> run where every v is finite.
+INDUCTOR_LAMB_HD bool eps_allows_finite(const Consts& c) { return c.eps > 0.f && c.eps < 1e38f; }
 INDUCTOR_LAMB_HD Consts consts(const Hyper& h) {
   return {float(1.0 - double(*h.beta1)), float(1.0 - double(*h.beta2)), float(h.eps), float(h.weight_decay)};
 }
@@ -75,8 +77,11 @@ struct Elem {
     m = m * beta1_scale + g * one_minus_beta1;
     v = v * beta2_scale + g * g * one_minus_beta2;
   }
+  // Finite: every v is known finite and eps_allows_finite, so sqrt(v) + eps has no
+  // special value (ValueOps::inv_sqrt_plus_eps); see eps_allows_finite.
+  template <bool Finite = false>
   INDUCTOR_LAMB_HD V update(const V& p, const V& m, const V& v) const {
-    return m * Ops::inv_sqrt_plus_eps(v, eps) + wd * p;
+    return Ops::fmadd(wd, p, m * Ops::template inv_sqrt_plus_eps<Finite>(v, eps));
   }
   INDUCTOR_LAMB_HD V m_code(const V& m) const { return Ops::clamp(m * inv_m_scale, m_lo, m_hi); }
   INDUCTOR_LAMB_HD V v_code(const V& v) const { return Ops::minimum(v * inv_v_scale, v_hi); }

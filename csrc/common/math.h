@@ -43,8 +43,13 @@ struct ValueOps;
 
 template <>
 struct ValueOps<float> {
-  // 1 / (sqrt(x) + eps): the denominator of Adam-style updates.
+  // 1 / (sqrt(x) + eps): the denominator of Adam-style updates. Finite: the caller knows x
+  // finite and eps in (0, 1e38) (the vector forms then skip their check for special lanes).
+  template <bool Finite = false>
   static INDUCTOR_LAMB_HD float inv_sqrt_plus_eps(float x, float eps) { return 1.f / (sqrtf(x) + eps); }
+  // a * b + c rounded once: pins where an expression's FMA goes, which a compiler otherwise picks
+  // from the statements' order (and so may pick differently when the code around it changes).
+  static INDUCTOR_LAMB_HD float fmadd(float a, float b, float c) { return fmaf(a, b, c); }
   // min and clamp saturating a value before a float8 encode: NaN in a or x propagates; the
   // bounds b, lo, hi are never NaN (the vector forms may rely on it).
   static INDUCTOR_LAMB_HD float minimum(float a, float b) { return a != a || a < b ? a : b; }

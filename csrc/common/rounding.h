@@ -182,15 +182,21 @@ INDUCTOR_LAMB_HD typename L::F round_param(const typename L::F& x, const typenam
 // subnormal range less the implicit bit of 2^Emin), so no encoder has to run: the
 // CPU kernels store these (tests/test_shared_math.py checks them against
 // stochastic_round + c10's encoder on the whole grid).
+//
+// The re-biasing (and the implicit bit) is taken off before the shift, where it folds into the
+// dither's constant, and the subnormal offset is added where the lanes' mask says (add_where,
+// sub_where: one masked instruction each with AVX512's mask registers).
 template <typename Grid, typename L>
 INDUCTOR_LAMB_HD typename L::U stochastic_code(const typename L::F& x, const typename L::U& dither) {
   using U = typename L::U;
+  constexpr uint32_t kRebias = uint32_t(127 - Grid::kBias) << 23;  // float32's exponent bias to the grid's
   const U bits = L::as_bits(x);
   const U mag = bits & U(0x7fffffffu);
-  const U subnormal = L::less_than(mag, U(Grid::kMinNormalBits));
-  const U kept = L::as_bits(L::as_float(mag) + L::as_float(subnormal & U(Grid::kMinNormalBits))) + dither;
-  const U code = (kept >> Grid::kDrop) - U(uint32_t(127 - Grid::kBias) << Grid::kMantissa) -
-                 (subnormal & U(1u << Grid::kMantissa));
+  const auto subnormal = L::below(mag, U(Grid::kMinNormalBits));
+  // (|x| + 2^Emin below it) + dither is at least 2^Emin's bits, so the subtractions never wrap
+  const U kept = L::as_bits(L::add_where(subnormal, L::as_float(mag), L::as_float(U(Grid::kMinNormalBits)))) +
+                 (dither - U(kRebias));
+  const U code = L::sub_where(subnormal, kept, U(1u << 23)) >> Grid::kDrop;
   // Finite codes are at most 0x7E; NaN's bits give more than 0x7F here (0x438 /
   // 0x23C and up), so an unsigned min gives its code without a compare and select.
   return L::min(code, U(0x7fu)) | ((bits >> 24) & U(0x80u));
@@ -211,6 +217,10 @@ struct ScalarLanes {
   static INDUCTOR_LAMB_HD float as_float(U u) { return bit_cast<float>(u); }
   static INDUCTOR_LAMB_HD U less_than(U a, U b) { return a < b ? 0xffffffffu : 0u; }
   static INDUCTOR_LAMB_HD U select(U mask, U a, U b) { return (mask & a) | (~mask & b); }
+  // a < b as a condition, and a + b / a - b where it holds (stochastic_code)
+  static INDUCTOR_LAMB_HD bool below(U a, U b) { return a < b; }
+  static INDUCTOR_LAMB_HD float add_where(bool c, float a, float b) { return c ? a + b : a; }
+  static INDUCTOR_LAMB_HD U sub_where(bool c, U a, U b) { return c ? a - b : a; }
   static INDUCTOR_LAMB_HD U min(U a, U b) { return a < b ? a : b; }
 };
 

@@ -66,6 +66,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
       coeffs_[i].inv_m_scale = 1.f / new_m_scales_[i];
       coeffs_[i].inv_v_scale = 1.f / new_v_scales_[i];
       coeffs_[i].step_size = lamb16::step_size(c_.hyper, lr_, x[0], x[1]);
+      coeffs_[i].finite = std::isfinite(x[3]) && lamb16::eps_allows_finite(args_.consts);
       if (c_.hyper.stochastic_rounding)  // this step's count (reduce incremented it)
         coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }

@@ -14,6 +14,7 @@ struct Lamb16Coeffs {
   float inv_v_scale;    // 1 / new v scale (pass 2)
   float step_size;      // lr * trust ratio (pass 2)
   uint32_t round_key;   // rounding::tensor_key(seed, step) (pass 2, stochastic rounding)
+  bool finite;          // amax v finite and lamb16::eps_allows_finite: pass 2's u unchecked (pass 2)
 };
 
 struct Lamb16Args {

@@ -54,51 +54,67 @@ struct Lamb16Loads {
 // The per-vector work both passes share: m, v (the decoded codes) become the new
 // float32 moments; returns u. The passes finish one vector before the next (not
 // both halves of a loop step op by op): fewer live registers, no spills on AVX2.
-inline fVec moments_update(const Elem& e, const fVec& g, const fVec& p, fVec& m, fVec& v) {
+// Finite: Elem::update's (every new v of the tensor finite).
+template <bool Finite>
+INDUCTOR_LAMB_LOOP_INLINE fVec moments_update(const Elem& e, const fVec& g, const fVec& p, fVec& m, fVec& v) {
   e.moments(g, m, v);
-  return e.update(p, m, v);
+  return e.template update<Finite>(p, m, v);
 }
 
-void pass1(const Lamb16Args& args) {
+// Pass 1 over one chunk: its partial ||p||^2, ||u||^2, amax |m|, amax v (and the stash). Returns
+// whether every new v was finite (always true when checked, Finite = false).
+template <bool Finite, typename T>
+bool pass1_chunk(const Lamb16Args& args, int64_t ci, const TensorPtrs& t, const Chunk& c) {
   const fVec grad_mul(args.grad_mul);
   const bool scaled = args.grad_mul != 1.f;
+  const Lamb16Coeffs& k = args.coeffs[c.tensor];
+  const Elem e(args.consts, k.beta1_scale * kMUnitScale, k.beta2_scale);
+  float* const stash = stash_of(args.stash, c.tensor);
+  const bool stream = args.stash.stream;
+  const int64_t plane = args.stash.plane;
+  SumSq p_sq, u_sq;
+  AbsMax m_max, v_max;
+  vec_range(
+      c.begin, c.end,
+      [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
+        Lamb16Loads<T> r(t, grad_mul, scaled, i, n);
+        const F2 u{moments_update<Finite>(e, r.g.a, r.p.a, r.m.a, r.v.a),
+                   moments_update<Finite>(e, r.g.b, r.p.b, r.m.b, r.v.b)};
+        if (stash) {  // u, and the new moments (moments_update left them in r.m, r.v)
+          stash_store(stash, stream, i, n, u);
+          stash_store(stash + plane, stream, i, n, r.m);
+          stash_store(stash + 2 * plane, stream, i, n, r.v);
+        }
+        p_sq.add(r.p, n);
+        u_sq.add(u, n);
+        m_max.add(r.m, n);
+        v_max.add(r.v, n);
+      },
+      static_cast<const T*>(t.grad), static_cast<const T*>(t.param), t.master,
+      static_cast<const uint8_t*>(t.state[0]), static_cast<const uint8_t*>(t.state[1]));
+  if (stash) stream_fence(stream);
+  args.sums[2 * ci] = p_sq.value();
+  args.sums[2 * ci + 1] = u_sq.value();
+  args.maxes[2 * ci] = m_max.value();
+  args.maxes[2 * ci + 1] = v_max.value();
+  return !Finite || std::isfinite(args.maxes[2 * ci + 1]);
+}
+
+// Pass 1 computes u unchecked (Finite) and learns from its amax v whether that was right; a chunk
+// with a non-finite v runs again checked (pass 1 writes only its partials and the stash). Pass 2
+// knows it per tensor beforehand (Lamb16Coeffs::finite).
+void pass1(const Lamb16Args& args) {
+  const bool unchecked = kUncheckedInvSqrt && lamb16::eps_allows_finite(args.consts);
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t ci, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
-    const Lamb16Coeffs& k = args.coeffs[c.tensor];
-    const Elem e(args.consts, k.beta1_scale * kMUnitScale, k.beta2_scale);
-    float* const stash = stash_of(args.stash, c.tensor);
-    const bool stream = args.stash.stream;
-    const int64_t plane = args.stash.plane;
-    SumSq p_sq, u_sq;
-    AbsMax m_max, v_max;
-    vec_range(
-        c.begin, c.end,
-        [&](int64_t i, int64_t n) {
-          Lamb16Loads<T> r(t, grad_mul, scaled, i, n);
-          const F2 u{moments_update(e, r.g.a, r.p.a, r.m.a, r.v.a), moments_update(e, r.g.b, r.p.b, r.m.b, r.v.b)};
-          if (stash) {  // u, and the new moments (moments_update left them in r.m, r.v)
-            stash_store(stash, stream, i, n, u);
-            stash_store(stash + plane, stream, i, n, r.m);
-            stash_store(stash + 2 * plane, stream, i, n, r.v);
-          }
-          p_sq.add(r.p, n);
-          u_sq.add(u, n);
-          m_max.add(r.m, n);
-          v_max.add(r.v, n);
-        },
-        static_cast<const T*>(t.grad), static_cast<const T*>(t.param), t.master,
-        static_cast<const uint8_t*>(t.state[0]), static_cast<const uint8_t*>(t.state[1]));
-    if (stash) stream_fence(stream);
-    args.sums[2 * ci] = p_sq.value();
-    args.sums[2 * ci + 1] = u_sq.value();
-    args.maxes[2 * ci] = m_max.value();
-    args.maxes[2 * ci + 1] = v_max.value();
+    if (!unchecked || !pass1_chunk<true, T>(args, ci, t, c)) pass1_chunk<false, T>(args, ci, t, c);
   });
 }
 
 // One chunk of pass 2. Stochastic: whether m, v are rounded stochastically; Stashed: whether u
-// and the new m, v come from pass 1's stash (template arguments, so the loop has no branch on them).
-template <bool Stochastic, bool Stashed, typename T>
+// and the new m, v come from pass 1's stash; Finite: Elem::update's, when recomputing (template
+// arguments, so the loop has no branch on them).
+template <bool Stochastic, bool Stashed, bool Finite, typename T>
 void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, const float* stash) {
   constexpr int64_t W = fVec::size();
   const fVec grad_mul(args.grad_mul);
@@ -114,7 +130,7 @@ void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, co
   const int64_t plane = args.stash.plane;
   vec_range(
       c.begin, c.end,
-      [&](int64_t i, int64_t n) {
+      [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
         // (stashed: the u, m, v pass 1 computed from the same inputs: the same bits)
         Lamb16Loads<T> r = [&] {
           if constexpr (Stashed) return Lamb16Loads<T>(t, grad_mul, scaled, i, n, stash, plane);
@@ -125,11 +141,11 @@ void pass2_chunk(const Lamb16Args& args, const TensorPtrs& t, const Chunk& c, co
         F2 u;
         if constexpr (Stashed) u = load2(stash + i, n);
         // p stepped, m and v turned into their unrounded codes (and rounded stochastically)
-        const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) {
+        const auto finish = [&](const fVec& g, fVec& p, fVec& m, fVec& v, int half) INDUCTOR_LAMB_LOOP_BODY {
           if constexpr (Stashed) {
             p = p - step_size * (half ? u.b : u.a);
           } else {
-            p = p - step_size * moments_update(e, g, p, m, v);
+            p = p - step_size * moments_update<Finite>(e, g, p, m, v);
           }
           m = e.m_code(m);
           v = e.v_code(v);
@@ -156,8 +172,9 @@ template <bool Stochastic>
 void pass2_loop(const Lamb16Args& args) {
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
-    if (const float* stash = stash_of(args.stash, c.tensor)) pass2_chunk<Stochastic, true, T>(args, t, c, stash);
-    else pass2_chunk<Stochastic, false, T>(args, t, c, nullptr);
+    if (const float* stash = stash_of(args.stash, c.tensor)) pass2_chunk<Stochastic, true, false, T>(args, t, c, stash);
+    else if (kUncheckedInvSqrt && args.coeffs[c.tensor].finite) pass2_chunk<Stochastic, false, true, T>(args, t, c, nullptr);
+    else pass2_chunk<Stochastic, false, false, T>(args, t, c, nullptr);
   });
 }
 

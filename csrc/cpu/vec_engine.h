@@ -31,6 +31,7 @@
 // size heuristics, GCC kept some as calls in LAMB16's loops, their vectors passing through
 // memory (its one-call step took 1.4x its two phases' time).
 #define INDUCTOR_LAMB_LOOP_INLINE inline __attribute__((always_inline))
+#define INDUCTOR_LAMB_LOOP_BODY __attribute__((always_inline))
 
 namespace inductor_lamb::cpu {
 inline namespace CPU_CAPABILITY {
@@ -110,13 +111,16 @@ struct Fp8Codec {
       // Exact and branch-free (at::vec's decoder special-cases subnormals with masks
       // and branches): S EEEE MMM placed as float16 S 0EEEE MMM0000000 is the same
       // value times 2^-8, subnormals included; 0x7F / 0xFF (NaN) are patched back.
-      const __m256i h = _mm256_cvtepu8_epi16(x);
-      const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
-      const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
-      __m512 f = _mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7)));
+      // Sign-extended to 16 bits and shifted left by 7, the code has S in bits 15 and 14
+      // and EEEEMMM below: one mask clears bit 14 (three operations deep, where
+      // separating the sign from the magnitude took five).
+      const __m256i h = _mm256_cvtepi8_epi16(x);
+      __m512 f = _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xBF80))));
       if constexpr (!Unit) f = _mm512_mul_ps(f, _mm512_set1_ps(kUnitScale));
-      o = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
-                             _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+      // (NaN: the low 7 bits all ones, in h's 0x007F or 0xFFFF)
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_or_si256(h, _mm256_set1_epi16(int16_t(0xFF80))),
+                                                    _mm256_set1_epi16(-1));
+      o = _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
     } else {
       at::vec::cvtfp8e5m2_fp32(x, o);
     }
@@ -311,7 +315,7 @@ void store_rounded(T* param, int64_t n, const F2& p, const HashVec& hash_a, cons
 // that rounds stochastically (TensorPtrs::round_param) is first rounded onto its grid with
 // hash(half), the param bits of half 0 or 1 of the loop step (common/rounding.h).
 template <typename T, typename Hash>
-inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const Hash& hash) {
+INDUCTOR_LAMB_LOOP_INLINE void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const Hash& hash) {
   if constexpr (!std::is_same_v<typename ParamGrid<T>::Grid, void>) {
     if (t.round_param) return store_rounded(param + i, n, p, hash(0), hash(1));  // (no master copy)
   }
@@ -320,7 +324,7 @@ inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, con
 // ... with the bits hashing (the tensor's key, hash_in: the op's per-element input, p0: the
 // param as loaded before the step).
 template <typename T>
-inline void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const F2& p0,
+INDUCTOR_LAMB_LOOP_INLINE void store_param(const TensorPtrs& t, T* param, int64_t i, int64_t n, const F2& p, const F2& p0,
                         const F2& hash_in) {
   // (a generic lambda: HashVec is complete only where the loops instantiate it)
   store_param(t, param, i, n, p, [&](auto half) {
@@ -411,7 +415,7 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
     float* state = state_f32(t, 0);
     vec_range(
         c.begin, c.end,
-        [&](int64_t i, int64_t n) {
+        [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
           const F2 g = load2(static_cast<const T*>(t.grad) + i, n);
           const F2 p0 = load_param(param, t.master, i, n);
           F2 s = load2(state + i, n);
@@ -426,9 +430,17 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
 // sqrt and division dominate the element loops once the data sits in cache
 // (about 20 cycles per AVX512 vector each); on AVX512 they are replaced by the
-// 14-bit estimates refined by one Newton step each (within 2 ulp of the exact
-// value). Lanes where that could go wrong (x = inf, or sqrt(x) + eps == 0, i.e.
-// eps == 0) take the exact path.
+// 14-bit estimates refined by one Newton step each (within 4 ulp of the exact
+// value). Lanes where that could go wrong (x = inf or NaN, or sqrt(x) + eps == 0, i.e.
+// eps == 0) take the exact path, unless the caller knows there are none (Finite: x finite,
+// eps in (0, 1e38), so sqrt(x) + eps lies in (0, 2e19)): the check is then skipped, five
+// instructions of a loop that is bound by its instruction count.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr bool kUncheckedInvSqrt = true;  // whether inv_sqrt_plus_eps<true> skips anything
+#else
+constexpr bool kUncheckedInvSqrt = false;
+#endif
+template <bool Finite = false>
 inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
 #if defined(CPU_CAPABILITY_AVX512)
   const __m512 vx = x, veps = eps;
@@ -441,6 +453,7 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   const __m512 d = _mm512_add_ps(_mm512_maskz_mul_ps(nonzero, vx, y), veps);  // sqrt(x) + eps
   __m512 r = _mm512_rcp14_ps(d);
   r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.f)));  // r (2 - d r)
+  if constexpr (Finite) return fVec(r);
   const __mmask16 ok = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ) &
                        _mm512_cmp_ps_mask(d, _mm512_set1_ps(3.0e38f), _CMP_LT_OQ);
   if (ok == 0xFFFF) return fVec(r);
@@ -456,7 +469,12 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
 template <>
 struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
   using V = inductor_lamb::cpu::CPU_CAPABILITY::fVec;
-  static inline V inv_sqrt_plus_eps(const V& x, const V& eps) { return cpu::CPU_CAPABILITY::inv_sqrt_plus_eps(x, eps); }
+  template <bool Finite = false>
+  static inline V inv_sqrt_plus_eps(const V& x, const V& eps) {
+    return cpu::CPU_CAPABILITY::inv_sqrt_plus_eps<Finite>(x, eps);
+  }
+  // (the DEFAULT build has no FMA instruction: there at::vec::fmadd rounds twice, as a * b + c did)
+  static inline V fmadd(const V& a, const V& b, const V& c) { return at::vec::fmadd(a, b, c); }
   // (clamp_max is one minps with the bound first, which passes a NaN a through; at::vec::minimum
   // propagates a NaN from either side in four instructions)
   static inline V minimum(const V& a, const V& b) { return at::vec::clamp_max(a, b); }
@@ -513,6 +531,10 @@ struct VecLanes {
   }
   static U select(const U& mask, const U& a, const U& b) { return _mm512_ternarylogic_epi32(mask.v, a.v, b.v, 0xCA); }
   static U min(const U& a, const U& b) { return _mm512_min_epu32(a.v, b.v); }
+  // conditions as mask registers: the masked add and subtract take them directly
+  static __mmask16 below(const U& a, const U& b) { return _mm512_cmplt_epu32_mask(a.v, b.v); }
+  static F add_where(__mmask16 c, const F& a, const F& b) { return _mm512_mask_add_ps(a, c, a, b); }
+  static U sub_where(__mmask16 c, const U& a, const U& b) { return _mm512_mask_sub_epi32(a.v, c, a.v, b.v); }
   // the stored bytes of kWidth / 2 elements, widened to uint32 lanes; and back
   static U widen(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
@@ -525,6 +547,9 @@ struct VecLanes {
   static U less_than(const U& a, const U& b) { return _mm256_cmpgt_epi32(b.v, a.v); }  // both below 2^31
   static U select(const U& mask, const U& a, const U& b) { return _mm256_blendv_epi8(b.v, a.v, mask.v); }
   static U min(const U& a, const U& b) { return _mm256_min_epu32(a.v, b.v); }
+  static U below(const U& a, const U& b) { return less_than(a, b); }
+  static F add_where(const U& c, const F& a, const F& b) { return a + as_float(c & as_bits(b)); }
+  static U sub_where(const U& c, const U& a, const U& b) { return a - (c & b); }
   static U widen(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static void narrow(const U& a, const U& b, uint8_t* out) {  // lanes < 256
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, b.v), 0xD8);  // 16 x uint16, in order
@@ -675,16 +700,19 @@ inline void store_rounded(T* param, int64_t n, const F2& p, const HashVec& hash_
 
 // x with the lanes past n zeroed (a tail, n < kWidth: those lanes may hold
 // anything, e.g. 0/0 when eps == 0, and must not reach a reduction).
-inline F2 head(const F2& x, int64_t n) {
+INDUCTOR_LAMB_LOOP_INLINE F2 head(const F2& x, int64_t n) {
   if (n == kWidth) return x;
-  constexpr int64_t W = fVec::size();
-  return {fVec::set(fVec(0.f), x.a, std::min<int64_t>(n, W)), n > W ? fVec::set(fVec(0.f), x.b, n - W) : fVec(0.f)};
+  float lanes[kWidth];  // (a tail only: through memory, where at::vec's set is a call)
+  x.a.store(lanes);
+  x.b.store(lanes + fVec::size());
+  std::fill(lanes + n, lanes + kWidth, 0.f);
+  return {fVec::loadu(lanes), fVec::loadu(lanes + fVec::size())};
 }
 
 // Float accumulator of a sum of squares, widened to double once per chunk.
 struct SumSq {
   fVec a{0.f}, b{0.f};
-  inline void add(const F2& x, int64_t n = kWidth) {
+  INDUCTOR_LAMB_LOOP_INLINE void add(const F2& x, int64_t n = kWidth) {
     const F2 h = head(x, n);
     a = at::vec::fmadd(h.a, h.a, a);
     b = at::vec::fmadd(h.b, h.b, b);
@@ -721,7 +749,7 @@ struct AbsMax {
   }
 #else
   fVec a{0.f}, b{0.f};
-  inline void add(const F2& x, int64_t n = kWidth) {
+  INDUCTOR_LAMB_LOOP_INLINE void add(const F2& x, int64_t n = kWidth) {
     const F2 h = head(x, n);
     a = at::vec::maximum(a, h.a.abs());
     b = at::vec::maximum(b, h.b.abs());
