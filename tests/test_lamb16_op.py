@@ -344,6 +344,36 @@ def test_an_infinite_v_in_one_chunk_takes_the_exact_denominator(stochastic):
         torch.testing.assert_close(x, y)
 
 
+@pytest.mark.parametrize("cap", ["default", "avx2", "avx512"])
+@pytest.mark.parametrize("stochastic", [False, True], ids=["nearest", "stochastic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("neighbour", [False, True], ids=["", "special_neighbour"])
+def test_an_element_steps_alike_wherever_it_sits(cap, stochastic, dtype, neighbour):
+    """Given the per-tensor reductions, pass 2 is element-wise: an element's new p, m and v
+    must not depend on where it sits in a loop step (either float vector of it, or the tail,
+    each compiled inline as its own copy, where a compiler could contract a * b + c * d into
+    an FMA differently), nor on its neighbours (a negative v, which only a corrupted state
+    holds, takes the exact square root and division: its lane alone). The same 100 elements,
+    stepped alone and shifted by 28 behind other elements, give the same bits."""
+    if ("default", "avx2", "avx512").index(cap) > torch.ops.lamb._max_cpu_capability():
+        pytest.skip(f"this CPU has no {cap}")
+    inductor_lamb.set_cpu_capability(cap)
+    x = make([(100,)], dtype=dtype, seed=3)
+    pad = make([(28,)], dtype=dtype, seed=4)
+    for lists in (x, pad):  # small params, a full lr step: p's new bits are mostly u's
+        lists[0][0].mul_(1e-4)
+    y = [[torch.cat([a[0], b[0]])] if k < 4 else clone_lists([b])[0] for k, (a, b) in enumerate(zip(pad, x))]
+    kw = dict(lr=torch.tensor(0.01), weight_decay=0.01, trust_scale=0.0, stochastic_rounding=stochastic, seed=5)
+    if neighbour:  # (eps = 0: no lane may skip the check for the exact path)
+        y[3][0][20] = torch.tensor(-57344.0).to(E5M2)  # v < 0: in the vector of x's elements 0-3 (16 lanes)
+        kw["eps"] = 0.0
+    sums = inductor_lamb.ops.lamb16_reduce_(*clone_lists(x), **kw)
+    inductor_lamb.ops.lamb16_apply_(*x, sums, **kw)
+    inductor_lamb.ops.lamb16_apply_(*y, sums, **kw)
+    for k in range(4):
+        assert equal(y[k][0][28:], x[k][0]), f"list {k}"
+
+
 def test_nonfinite_values_encode_alike_on_every_capability():
     """NaN and inf grads reach the float8 encoders (through the moments and the
     scales): the vector encoders must give the scalar c10 encoder's codes for them."""

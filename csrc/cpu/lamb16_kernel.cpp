@@ -107,7 +107,10 @@ void pass1(const Lamb16Args& args) {
   const bool unchecked = kUncheckedInvSqrt && lamb16::eps_allows_finite(args.consts);
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t ci, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
-    if (!unchecked || !pass1_chunk<true, T>(args, ci, t, c)) pass1_chunk<false, T>(args, ci, t, c);
+    if constexpr (kUncheckedInvSqrt) {
+      if (unchecked && pass1_chunk<true, T>(args, ci, t, c)) return;
+    }
+    pass1_chunk<false, T>(args, ci, t, c);
   });
 }
 
@@ -172,9 +175,11 @@ template <bool Stochastic>
 void pass2_loop(const Lamb16Args& args) {
   for_each_typed_chunk(args.chunks, args.tensors, [&](auto tag, int64_t, const TensorPtrs& t, const Chunk& c) {
     using T = decltype(tag);
-    if (const float* stash = stash_of(args.stash, c.tensor)) pass2_chunk<Stochastic, true, false, T>(args, t, c, stash);
-    else if (kUncheckedInvSqrt && args.coeffs[c.tensor].finite) pass2_chunk<Stochastic, false, true, T>(args, t, c, nullptr);
-    else pass2_chunk<Stochastic, false, false, T>(args, t, c, nullptr);
+    if (const float* stash = stash_of(args.stash, c.tensor)) return pass2_chunk<Stochastic, true, false, T>(args, t, c, stash);
+    if constexpr (kUncheckedInvSqrt) {
+      if (args.coeffs[c.tensor].finite) return pass2_chunk<Stochastic, false, true, T>(args, t, c, nullptr);
+    }
+    pass2_chunk<Stochastic, false, false, T>(args, t, c, nullptr);
   });
 }
 

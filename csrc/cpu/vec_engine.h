@@ -429,12 +429,13 @@ inline void one_state_update(ChunkSpan chunks, const TensorPtrs* tensors, const 
 
 // 1 / (sqrt(x) + eps) for x >= 0: the denominator of Adam-style updates.
 // sqrt and division dominate the element loops once the data sits in cache
-// (about 20 cycles per AVX512 vector each); on AVX512 they are replaced by the
+// (about 20 cycles per AVX512 vector each on Intel); on AVX512 they are replaced by the
 // 14-bit estimates refined by one Newton step each (within 4 ulp of the exact
-// value). Lanes where that could go wrong (x = inf or NaN, or sqrt(x) + eps == 0, i.e.
-// eps == 0) take the exact path, unless the caller knows there are none (Finite: x finite,
-// eps in (0, 1e38), so sqrt(x) + eps lies in (0, 2e19)): the check is then skipped, five
-// instructions of a loop that is bound by its instruction count.
+// value). Lanes where that could go wrong (x = inf, sqrt(x) + eps == 0, i.e. eps == 0, and
+// NaN or negative x, which must give the reference's NaN) take the exact value, lane by lane,
+// so a lane's result never depends on its neighbours. Finite: the caller knows x finite and eps in
+// (0, 1e38), so sqrt(x) + eps lies in (0, 2e38) wherever it is not NaN: the check is then
+// skipped, five instructions of a loop bound by its chains of vector work.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr bool kUncheckedInvSqrt = true;  // whether inv_sqrt_plus_eps<true> skips anything
 #else
@@ -448,7 +449,7 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   const __m512 half_x = _mm512_mul_ps(vx, _mm512_set1_ps(0.5f));
   y = _mm512_mul_ps(y, _mm512_fnmadd_ps(_mm512_mul_ps(half_x, y), y, _mm512_set1_ps(1.5f)));  // y (1.5 - x y^2 / 2)
   // x y is sqrt(x) except at x = 0 (0 * inf): zeroed there. NaN and negative x keep their
-  // NaN, which sends the vector to the exact path below (NaN propagates, as in the reference).
+  // NaN, which propagates, as in the reference.
   const __mmask16 nonzero = _mm512_cmp_ps_mask(vx, _mm512_setzero_ps(), _CMP_NEQ_UQ);
   const __m512 d = _mm512_add_ps(_mm512_maskz_mul_ps(nonzero, vx, y), veps);  // sqrt(x) + eps
   __m512 r = _mm512_rcp14_ps(d);
@@ -457,8 +458,11 @@ inline fVec inv_sqrt_plus_eps(const fVec& x, const fVec& eps) {
   const __mmask16 ok = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ) &
                        _mm512_cmp_ps_mask(d, _mm512_set1_ps(3.0e38f), _CMP_LT_OQ);
   if (ok == 0xFFFF) return fVec(r);
-#endif
+  const __m512 exact = fVec(1.f) / (x.sqrt() + eps);
+  return fVec(_mm512_mask_blend_ps(ok, exact, r));
+#else
   return fVec(1.f) / (x.sqrt() + eps);
+#endif
 }
 
 }  // namespace CPU_CAPABILITY
@@ -473,7 +477,7 @@ struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
   static inline V inv_sqrt_plus_eps(const V& x, const V& eps) {
     return cpu::CPU_CAPABILITY::inv_sqrt_plus_eps<Finite>(x, eps);
   }
-  // (the DEFAULT build has no FMA instruction: there at::vec::fmadd rounds twice, as a * b + c did)
+  // (x86's DEFAULT build has no FMA instruction: there at::vec::fmadd rounds twice, as a * b + c did)
   static inline V fmadd(const V& a, const V& b, const V& c) { return at::vec::fmadd(a, b, c); }
   // (clamp_max is one minps with the bound first, which passes a NaN a through; at::vec::minimum
   // propagates a NaN from either side in four instructions)
