@@ -121,6 +121,25 @@ def test_low_precision(kind, dtype):
     assert all(torch.equal(p, m.to(dtype)) for p, m in zip(lists[0], master))
 
 
+@pytest.mark.parametrize("cap", ["default", "avx2", "avx512"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_adagrad_element_steps_alike_wherever_it_sits(cap, dtype):
+    """Adagrad is element-wise: an element's new p and sum must not depend on where it sits in a
+    loop step (either float vector, or the tail: each an inlined copy of the loop body, where a
+    compiler could contract g * grad_mul + wd * p into an FMA differently). The same 100
+    elements, stepped alone and shifted by 28 behind others, give the same bits."""
+    if ("default", "avx2", "avx512").index(cap) > torch.ops.lamb._max_cpu_capability():
+        pytest.skip(f"this CPU has no {cap}")
+    inductor_lamb.set_cpu_capability(cap)
+    x = make([(100,)], dtype=dtype, seed=3, kind="adagrad")
+    pad = make([(28,)], dtype=dtype, seed=4, kind="adagrad")
+    y = [[torch.cat([a[0], b[0]])] if k < 3 else clone_lists([b])[0] for k, (a, b) in enumerate(zip(pad, x))]
+    for lists in (x, y):
+        op("adagrad", lists, 0.1, weight_decay=1e-2, grad_scale=torch.tensor(4.0), lr_decay=0.01)
+    for k in range(3):
+        assert torch.equal(y[k][0][28:], x[k][0]), f"list {k}"
+
+
 @pytest.mark.parametrize("kind", ["lars", "adagrad"])
 def test_threads_and_generic_isa_agree(kind):
     results = {}
