@@ -94,3 +94,16 @@ def test_vector_builds_keep_every_element_helper_inline():
         assert loops, f"no {isa} chunk loops found in the module's symbols"
         demangled = subprocess.run(["c++filt"], input="\n".join(helpers), capture_output=True, text=True).stdout
         assert not helpers, f"{isa} element-loop helpers compiled out of line:\n{demangled or helpers}"
+
+
+def test_vector_builds_inline_every_loop_body():
+    """vec_range's body, the lambda (i, n) that does one loop step, is compiled into its loop. The
+    test above lets local entities of the chunk loops stand alone, and LAMB16's pass 2 body did:
+    a call per 32 elements that reloaded its constants and tested the tail's length at run time
+    (pass 2 took 1.3x its inlined time; INDUCTOR_LAMB_LOOP_BODY now forces it)."""
+    found = isa_functions()
+    for isa in ISAS:
+        # a lambda(long, long)'s call operator: ...UlllE[n]_clEll (clones add a .suffix)
+        bodies = [s for s in found[isa] if re.search(r"UlllE\d*_clEll(\.|$)", s)]
+        demangled = subprocess.run(["c++filt"], input="\n".join(bodies), capture_output=True, text=True).stdout
+        assert not bodies, f"{isa} loop bodies compiled out of line:\n{demangled or bodies}"

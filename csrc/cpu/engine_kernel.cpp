@@ -14,7 +14,7 @@ void sumsq(const SumSqArgs& args) {
       const T* x = static_cast<const T*>(args.ptrs[c.tensor]);
       vec_range(
           c.begin, c.end,
-          [&](int64_t i, int64_t n) {
+          [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
             F2 v = load2(x + i, n);
             acc.add({v.a * scale, v.b * scale}, n);
           },

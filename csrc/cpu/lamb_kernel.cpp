@@ -27,7 +27,7 @@ void pass1(const LambArgs& args) {
     SumSq p_sq, u_sq;
     vec_range(
         c.begin, c.end,
-        [&](int64_t i, int64_t n) {
+        [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
           F2 g = load2(static_cast<const T*>(t.grad) + i, n);
           F2 p = load_param(static_cast<const T*>(t.param), t.master, i, n);
           F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
@@ -58,7 +58,7 @@ void pass2(const LambArgs& args) {
     if (const float* stash = stash_of(args.stash, c.tensor)) {  // u from pass 1
       vec_range(
           c.begin, c.end,
-          [&](int64_t i, int64_t n) {
+          [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
             F2 p0 = load_param(param, t.master, i, n);
             const F2 u = load2(stash + i, n);
             if (decays) p0 = {p0.a * keep, p0.b * keep};
@@ -71,7 +71,7 @@ void pass2(const LambArgs& args) {
     const float* v_ptr = state_f32(t, 1);
     vec_range(
         c.begin, c.end,
-        [&](int64_t i, int64_t n) {
+        [&](int64_t i, int64_t n) INDUCTOR_LAMB_LOOP_BODY {
           const F2 p0 = load_param(param, t.master, i, n);
           const F2 m = load2(m_ptr + i, n), v = load2(v_ptr + i, n);
           const F2 pk = decays ? F2{p0.a * keep, p0.b * keep} : p0;
