@@ -332,29 +332,31 @@ INDUCTOR_LAMB_LOOP_INLINE void store_param(const TensorPtrs& t, T* param, int64_
   });
 }
 
-// How far ahead of a loop its streams are prefetched, in elements (1 KB of a float32 stream).
-// A loop step's math keeps its loads' cache misses from overlapping enough on its own: one core
-// streams from DRAM only as fast as it has misses in flight, and the hardware prefetchers ramp up
-// per stream (docs/decisions.md, "Every CPU element loop prefetches 1 KB ahead": 128 to 256
-// elements did best).
-constexpr int64_t kPrefetchAhead = 256;
+// How far ahead of a loop each of its streams is prefetched, in bytes of that stream (its
+// codes' bytes too: the same lead in time whatever the element's size). A loop step's math keeps
+// its loads' cache misses from overlapping enough on its own: one core streams from DRAM only as
+// fast as it has misses in flight, and the hardware prefetchers stop at each 4 KB page; a lead of
+// a page starts the next page's walk and misses a page early (docs/decisions.md, "Every CPU
+// element loop prefetches a page ahead"). LAMB's loops take half of it (kLambPrefetchBytes).
+constexpr int64_t kPrefetchBytes = 4096;
 
-// Prefetches the bytes a loop step will read kPrefetchAhead elements after element i of stream
-// p (into every cache level; a prefetch never faults, past the end of a tensor included).
-template <typename T>
+// Prefetches the bytes a loop step will read AheadBytes after element i of stream p (into
+// every cache level; a prefetch never faults, past the end of a tensor included).
+template <int64_t AheadBytes, typename T>
 inline void prefetch_ahead(const T* p, int64_t i) {
   if (p == nullptr) return;  // (an absent stream: no master copy)
-  const char* at = reinterpret_cast<const char*>(p + i + kPrefetchAhead);
+  const char* at = reinterpret_cast<const char*>(p + i) + AheadBytes;
   for (int64_t b = 0; b < int64_t(kWidth * sizeof(T)); b += 64) __builtin_prefetch(at + b, 0, 3);
 }
 
 // f(offset, n) over [begin, end) in steps of kWidth; only the last call has n < kWidth. The
-// streams `ahead` (the loop's element arrays, any types) are prefetched ahead of each step.
-template <typename F, typename... S>
+// streams `ahead` (the loop's element arrays, any types) are prefetched AheadBytes ahead of
+// each step.
+template <int64_t AheadBytes = kPrefetchBytes, typename F, typename... S>
 inline void vec_range(int64_t begin, int64_t end, const F& f, const S*... ahead) {
   int64_t i = begin;
   for (; i + kWidth <= end; i += kWidth) {
-    (prefetch_ahead(ahead, i), ...);
+    (prefetch_ahead<AheadBytes>(ahead, i), ...);
     f(i, kWidth);
   }
   if (i < end) f(i, end - i);
