@@ -5,6 +5,9 @@ batches: DeepSpeed's averaged grads are then the unsharded ones)."""
 
 from __future__ import annotations
 
+import copy
+import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -193,6 +196,46 @@ def checkpoint(rank: int, world: int, opt_names: list[str], stages: list[int], p
             train_engine(resumed, range(3, 6))
             for i, (a, b) in enumerate(zip(fp32_params(resumed), went_on)):
                 assert torch.equal(a, b), f"ZeRO-{stage} {name}: param {i} differs after resuming"
+
+
+def same_engine(rank: int, world: int, opt_names: list[str], stages: list[int], path: str) -> None:
+    """A step reuses its buckets of pieces while the partitions and their state stay; a checkpoint
+    loaded into the same engine (new groups), and a step later state tensors replaced by copies
+    under the same groups, must be found: the steps after are bit for bit those the engine took
+    the first time, and the copies are what they step. The kept buckets hold no partition's grad: one DeepSpeed frees
+    after a step is freed."""
+    for stage in stages:
+        for name in opt_names:
+            engine, opt = engine_for(name, config(stage))
+            stepped: list[weakref.ref[torch.Tensor]] = []
+            step = opt.step
+
+            def spy(*args: Any, step: Any = step, **kwargs: Any) -> Any:
+                stepped.extend(weakref.ref(p.grad) for g in opt.param_groups for p in g["params"] if p.grad is not None)
+                return step(*args, **kwargs)
+
+            opt.step = spy  # type: ignore[method-assign]
+            train_engine(engine, range(3))
+            tag = f"same-{name}-{stage}"
+            engine.save_checkpoint(path, tag=tag)
+            train_engine(engine, range(3, 6))
+            first, first_state = fp32_params(engine), copy.deepcopy(opt.state_dict()["state"])
+            engine.load_checkpoint(path, tag=tag)
+            train_engine(engine, range(3, 4))
+            # (new state tensors under the same groups, as code that moves or copies state makes)
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    opt.state[p] = copy.deepcopy(opt.state[p])
+            train_engine(engine, range(4, 6))
+            for i, (a, b) in enumerate(zip(fp32_params(engine), first)):
+                assert torch.equal(a, b), f"ZeRO-{stage} {name}: param {i} differs after loading into the same engine"
+            for k, state in opt.state_dict()["state"].items():
+                for key, t in state.items():
+                    assert torch.equal(t, first_state[k][key]), f"ZeRO-{stage} {name}: state {k} {key} was not stepped"
+            gc.collect()
+            released = [p.grad is None for g in opt.param_groups for p in g["params"]]
+            if stepped and all(released):  # (DeepSpeed dropped its grads: nothing may keep them)
+                assert all(r() is None for r in stepped), f"ZeRO-{stage} {name}: a freed grad partition is kept"
 
 
 def refusals(rank: int, world: int) -> None:

@@ -41,5 +41,9 @@ def test_checkpoints_resume_bit_for_bit(tmp_path):
     spawn("checkpoint", 2, ["lamb", "lamb16", "lars", "novograd"], [1, 2, 3], str(tmp_path))
 
 
+def test_steps_reuse_their_pieces_until_a_checkpoint_replaces_the_state(tmp_path):
+    spawn("same_engine", 2, ["lamb", "lamb16", "novograd"], [1, 2], str(tmp_path))
+
+
 def test_unmappable_flat_params_are_refused():
     spawn("refusals", 1)
