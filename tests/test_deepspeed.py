@@ -11,6 +11,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed")
 
@@ -41,9 +42,30 @@ def test_checkpoints_resume_bit_for_bit(tmp_path):
     spawn("checkpoint", 2, ["lamb", "lamb16", "lars", "novograd"], [1, 2, 3], str(tmp_path))
 
 
-def test_steps_reuse_their_pieces_until_a_checkpoint_replaces_the_state(tmp_path):
-    spawn("same_engine", 2, ["lamb", "lamb16", "novograd"], [1, 2], str(tmp_path))
+def test_steps_follow_replaced_state_and_keep_no_freed_grad(tmp_path):
+    spawn("same_engine", 2, ["lamb", "lamb16", "lars", "novograd"], [1, 2], str(tmp_path))
 
 
 def test_unmappable_flat_params_are_refused():
     spawn("refusals", 1)
+
+
+@pytest.mark.parametrize("pieces", [
+    [(0, 0, 5), (1, 5, 3)],                      # the whole partition
+    [(3, 10, 4), (0, 2, 3), (7, 20, 0)],         # out of order, gaps, an empty piece, padding after
+    [(0, 0, 6), (1, 4, 5)],                      # overlapping (no engine makes them): narrowed
+])
+def test_pieces_are_cut_as_views_of_the_partition(pieces):
+    from inductor_lamb.optim._deepspeed import _Cut
+
+    flat = torch.arange(24.0)
+    cut = _Cut(pieces, list(range(len(pieces))))
+    views = cut.views(flat)
+    for (_, start, length), v in zip(pieces, views):
+        assert torch.equal(v, flat[start:start + length]) and (length == 0 or v.data_ptr() == flat[start:].data_ptr())
+    for v in views:
+        v.add_(100.0)  # (writes land in the partition)
+    touched = {k for _, start, length in pieces for k in range(start, start + length)}
+    assert all((flat[k] >= 100) == (k in touched) for k in range(24))
+    vector = torch.arange(float(len(pieces)))
+    assert [float(x) for x in cut.entries(vector)] == list(range(len(pieces)))

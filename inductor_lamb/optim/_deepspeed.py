@@ -43,7 +43,7 @@ engine's, a DeepSpeed whose layout differs) refuses with an error that says what
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
@@ -111,6 +111,55 @@ class PartitionMap:
     flat: weakref.ref
     pieces: list[tuple[int, int, int]]
     group: Any
+    # per bucket (its pieces' positions js): how to cut the partition into them (_Cut)
+    cuts: dict[tuple[int, ...], _Cut] = field(default_factory=dict)
+    whole: list[bool] | None = None  # per piece: whether it is a whole model tensor (flat_buckets)
+
+    def cut(self, js: list[int]) -> _Cut:
+        key = tuple(js)
+        if key not in self.cuts:
+            self.cuts[key] = _Cut([self.pieces[j] for j in js], js)
+        return self.cuts[key]
+
+
+class _Cut:
+    """Pieces of a partition as views of any tensor shaped like it, made each step by one
+    ``split_with_sizes`` (the partition's pieces and the gaps between them, in order) where a
+    ``narrow`` a piece took 4x as long: 412 of them a step on the BERT-like list, 8% of LAMB's
+    ZeRO-Offload step. Views are not kept between steps: a view would keep alive a grad or a
+    state tensor that DeepSpeed or a user replaces or frees."""
+
+    __slots__ = ("where", "sizes", "covered", "picks", "js")
+
+    def __init__(self, where: list[tuple[int, int, int]], js: list[int]) -> None:
+        self.where, self.js = where, js
+        order = sorted(range(len(where)), key=lambda k: where[k][1])
+        self.sizes: list[int] | None = []
+        self.picks = [0] * len(where)
+        end = 0
+        for k in order:
+            _, start, length = where[k]
+            if start < end:  # (overlapping pieces: no engine makes them; each is narrowed)
+                self.sizes = None
+                break
+            if start > end:  # (a gap: another bucket's pieces, or padding)
+                self.sizes.append(start - end)
+            self.picks[k] = len(self.sizes)
+            self.sizes.append(length)
+            end = start + length
+        self.covered = end
+
+    def views(self, t: Tensor) -> list[Tensor]:
+        """The pieces of ``t`` (shaped like the partition), in bucket order."""
+        if self.sizes is None:
+            return [t.narrow(0, start, length) for _, start, length in self.where]
+        parts = t.split_with_sizes(self.sizes + [t.shape[0] - self.covered])
+        return [parts[k] for k in self.picks]
+
+    def entries(self, t: Tensor) -> list[Tensor]:
+        """Each piece's entry of a per-piece vector ``t``, in bucket order."""
+        rows = t.unbind(0)
+        return [rows[j] for j in self.js]
 
 
 def _is_foreign(opt: Stepped, params: list[Tensor]) -> bool:
@@ -247,12 +296,7 @@ def flat_buckets(opt: Stepped, group: dict[str, Any]) -> dict[tuple[Any, ...], B
     release_replaced_state(opt)
     if not opt._layout.spec.reductions:
         return None
-    made_from = _made_from(opt, params)
-    cached = opt._model.flat_buckets.get(id(group))
-    if cached is not None and cached.group is group and cached.made_from == made_from:
-        return cached.buckets()
     buckets: dict[tuple[Any, ...], Bucket] = {}
-    spans: dict[tuple[Any, ...], tuple[Tensor, list[tuple[int, int]]]] = {}
     for flat in params:
         if flat.grad is None:
             continue
@@ -261,71 +305,18 @@ def flat_buckets(opt: Stepped, group: dict[str, Any]) -> dict[tuple[Any, ...], B
                     "one of the params it was built with")
         partition = _partition_map(opt, flat)
         state = _piece_state(opt, flat, group, len(partition.pieces))
-        whole = [_numel(opt._model.params[i]) == n for i, _, n in partition.pieces]
+        if partition.whole is None:
+            partition.whole = [_numel(opt._model.params[i]) == n for i, _, n in partition.pieces]
+        whole = partition.whole
         for kind in ("whole", "cut"):
             # (in a group of several ranks both buckets exist on every rank, empty or not: each
             # rank joins the same collectives, the clip's sums and the cut pieces' combine)
             js = [j for j, w in enumerate(whole) if w == (kind == "whole")]
             if not js and _world(partition.group) == 1:
                 continue
-            key = (flat.device, flat.dtype, id(flat), kind)
-            buckets[key] = _pieces_bucket(opt, flat, state, partition, js, dims=() if kind == "whole" else (0,))
-            spans[key] = (flat, [partition.pieces[j][1:] for j in js])
-    # (what _piece_state made or resized this step is part of what the next step must find)
-    opt._model.flat_buckets[id(group)] = _FlatBuckets(group, _made_from(opt, params), buckets, spans)
+            buckets[(flat.device, flat.dtype, id(flat), kind)] = _pieces_bucket(opt, flat, state, partition, js,
+                                                                                dims=() if kind == "whole" else (0,))
     return buckets
-
-
-class _FlatBuckets:
-    """A group's buckets of pieces, kept between steps without their grads (DeepSpeed may free a
-    partition's grad after the step: a view kept here would hold it), and what they were made
-    from. Rebuilding them (412 views and 103 selects on the BERT-like list) cost 1 ms a step, 8%
-    of LAMB's ZeRO-Offload step; a step that finds the same partitions and state takes the kept
-    views and narrows only the grads."""
-
-    __slots__ = ("group", "made_from", "kept", "spans")
-
-    def __init__(self, group: dict[str, Any], made_from: list[Any], buckets: dict[tuple[Any, ...], Bucket],
-                 spans: dict[tuple[Any, ...], tuple[Tensor, list[tuple[int, int]]]]) -> None:
-        self.group, self.made_from, self.spans = group, made_from, spans
-        self.kept = {k: replace(b, lists={a: v for a, v in b.lists.items() if a != "grads"}) for k, b in buckets.items()}
-
-    def buckets(self) -> dict[tuple[Any, ...], Bucket]:
-        out = {}
-        for key, bucket in self.kept.items():
-            flat, where = self.spans[key]
-            grad = flat.grad
-            assert grad is not None  # (made_from holds which partitions have grads)
-            out[key] = replace(bucket, lists={**bucket.lists, "grads": [grad.narrow(0, s, n) for s, n in where]})
-        return out
-
-
-def _made_from(opt: Stepped, params: list[Tensor]) -> list[Any]:
-    """What a group's buckets of pieces are views of: each partition and its state tensors, by
-    identity and data pointer (a tensor given new storage, ``.data =``, keeps its identity), and
-    which partitions have grads (not the grads themselves: the buckets narrow them each step)."""
-    made: list[Any] = []
-    for flat in params:
-        state = opt.state.get(flat)
-        made += [_Same(flat), flat.data_ptr(), flat.grad is None, _Same(state)]
-        if state is not None:
-            made += [(key, _Same(t), t.data_ptr()) if isinstance(t, Tensor) else (key, _Same(t))
-                     for key, t in state.items()]
-    return made
-
-
-class _Same:
-    """Compares by identity (a tensor's ``==`` is element-wise; a dict's by value)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def _numel(p: Tensor) -> int:
@@ -346,13 +337,14 @@ def _pieces_bucket(opt: Stepped, flat: Tensor, state: dict[str, Any], partition:
     where = [partition.pieces[j] for j in js]
     grad = flat.grad
     assert grad is not None  # (flat_buckets steps partitions with grads)
-    lists = {"params": [flat.narrow(0, s, n) for _, s, n in where], "grads": [grad.narrow(0, s, n) for _, s, n in where]}
+    cut = partition.cut(js)
+    lists = {"params": cut.views(flat), "grads": cut.views(grad)}
     layout = opt._layout
     for key, arg in layout.lists.items():  # (state like the partition; per-tensor values per piece)
         t = state[key]
-        lists[arg] = [t[j] for j in js] if key in layout.scalar_state_keys else [t.narrow(0, s, n) for _, s, n in where]
+        lists[arg] = cut.entries(t) if key in layout.scalar_state_keys else cut.views(t)
     if layout.has_step:
-        lists["steps"] = [state["step"][j] for j in js]
+        lists["steps"] = cut.entries(state["step"])
     index = torch.tensor([i for i, _, _ in where], dtype=torch.int64, device=flat.device)
     return Bucket(flat.device, lists, [opt._model.names[i] for i, _, _ in where],
                   Pieces(partition.group, index, len(opt._model.params), dims))

@@ -14,14 +14,13 @@ class ModelTensors:
     """The tensors an optimizer was given, in order (the same on every rank), with their names:
     what an engine's flat partitions are mapped back to. Owned by the optimizer
     (``opt._model``); a copy of the optimizer carries it (the index by id is rebuilt), not its
-    caches of partition maps and buckets."""
+    cache of partition maps."""
 
     def __init__(self) -> None:
         self.params: list[Tensor] = []
         self.names: list[str | None] = []
         self.index: dict[int, int] = {}  # id(param) -> its position
         self.partition_maps: dict[int, Any] = {}  # id(flat partition) -> where its pieces lie (_deepspeed)
-        self.flat_buckets: dict[int, Any] = {}  # id(param group) -> its buckets of pieces (_deepspeed)
 
     def add(self, params: list[Tensor], names: list[str | None] | None) -> None:
         for p, name in zip(params, names or [None] * len(params)):
@@ -32,7 +31,6 @@ class ModelTensors:
     def reindex(self) -> None:
         self.index = {id(p): i for i, p in enumerate(self.params)}
         self.partition_maps = {}
-        self.flat_buckets = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"params": self.params, "names": self.names}
