@@ -28,6 +28,7 @@ CASES = {
     "lars": ("lars_step_", dict(momentum=0.8, weight_decay=[1e-3, 0.0, 5e-4] * 3,
                                 layer_adaptation=[True, True, False] * 3, rescale_grad=0.5)),
     "lars_grad_scale": ("lars_step_", dict(eps=1e-8, grad_scale=torch.tensor(2.0))),
+    "novograd": ("novograd_step_", dict(weight_decay=1e-3, grad_averaging=True, amsgrad=True)),
 }
 
 
@@ -150,6 +151,33 @@ def test_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cac
         one_call(name, args, torch.tensor(lr), kwargs)
         two_phase(name, b_args, torch.tensor(lr), b_kwargs)
     assert_bit_identical(args, kwargs, b_args, b_kwargs)
+
+
+# With several threads the one-call step gives each thread whole blocks of its own (both passes;
+# the blocks above a quarter of a thread's share are worked on by all threads): these 30 tensors
+# of 20K-130K elements make a dozen blocks, every one owned, in an order the list does not have.
+OWNED_SHAPES = [(20_000 + 37_000 * (i % 4) + 1_000 * i,) for i in range(30)]
+
+
+@pytest.mark.parametrize("shapes", ["owned", "mixed_blocks"])
+@pytest.mark.parametrize("case", ["lamb", "lamb16_grad_scale", "lars", "novograd"])
+def test_threads_owning_blocks_give_one_threads_bits(case, shapes):
+    shape_list = OWNED_SHAPES if shapes == "owned" else BLOCK_SHAPES + OWNED_SHAPES[:8]
+    name, args, kwargs = case_args(case, shapes=shape_list)
+    b_args, b_kwargs = clone_lists(args), dict(kwargs)
+    c_args, c_kwargs = clone_lists(args), dict(kwargs)
+    threads = torch.get_num_threads()
+    try:
+        for lr in LRS:
+            torch.set_num_threads(2)
+            one_call(name, args, torch.tensor(lr), kwargs)
+            two_phase(name, c_args, torch.tensor(lr), c_kwargs)
+            torch.set_num_threads(1)
+            one_call(name, b_args, torch.tensor(lr), b_kwargs)
+    finally:
+        torch.set_num_threads(threads)
+    assert_bit_identical(args, kwargs, b_args, b_kwargs)
+    assert_bit_identical(args, kwargs, c_args, c_kwargs)
 
 
 @pytest.mark.parametrize("path", ["lowering", "decomposition"])

@@ -4,7 +4,9 @@
 // reductions, and CpuCall, what every CPU op call does around its kernels.
 // (Argument checks and layouts are device-neutral: csrc/common/.)
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -159,7 +161,14 @@ struct CpuCall {
 
   ChunkSpan chunk_span() const { return {chunks.data(), static_cast<int64_t>(chunks.size())}; }
   Block whole() const { return {0, int64_t(n), 0, int64_t(chunks.size())}; }
-  ChunkSpan chunk_span(const Block& b) const { return {chunks.data() + b.c0, b.c1 - b.c0, apply_backward}; }
+  ChunkSpan chunk_span(const Block& b, bool backward = false) const {
+    return {chunks.data() + b.c0, b.c1 - b.c0, backward};
+  }
+  int64_t elems(const Block& b) const {
+    int64_t e = 0;
+    for (int64_t c = b.c0; c < b.c1; ++c) e += chunks[c].end - chunks[c].begin;
+    return e;
+  }
   double lr() const { return lr_t.item<float>(); }
   float inv_grad_scale() const { return cpu::inv_grad_scale(grad_scale_t); }
 
@@ -183,20 +192,29 @@ struct CpuCall {
   int master;  // index of the master params among the state lists, or -1
   std::vector<TensorPtrs> tensors;
   std::vector<Chunk> chunks;
-  bool apply_backward = false;  // chunk spans of pass 2 in a one-call step (ChunkSpan::backward)
+};
+
+// What a block's passes share in a one-call step: the stash pass 1 leaves for pass 2 (none in
+// the two-phase form), and whether pass 2 takes each thread's chunks last to first
+// (ChunkSpan::backward: it starts where pass 1 ended).
+struct BlockPass {
+  UpdateStash stash;
+  bool backward = false;
 };
 
 // The entry points of a two-phase op (reduce, apply, and the one-call step) from
 // its stages, which Derived provides:
 //   void begin(bool reduce, bool apply);  per-list work before the phases (steps, lr, ...)
-//   void reduce_block(const Block&, double* out);        pass 1; out: kReductions per tensor
-//   void apply_block(const Block&, const double* r);     pass 2 from those values
+//   void reduce_block(const Block&, double* out, const BlockPass&);     pass 1; out: kReductions per tensor
+//   void apply_block(const Block&, const double* r, const BlockPass&);  pass 2 from those values
 //   void end(bool reduce, bool apply);    writes back what the phases wrote
 // The one-call step runs both passes a block of tensors at a time, so that pass 2
 // finds in the caches what pass 1 of the same block just read instead of reading
 // it again from memory (docs/decisions.md, "The CPU one-call op works a block of tensors at a
 // time"), and, for an op that
-// stashes its updates, gives pass 1 a place to leave them (stash_, UpdateStash).
+// stashes its updates, gives pass 1 a place to leave them (BlockPass::stash). With several
+// threads each takes whole blocks of its own (owned_blocks): no thread waits for another between
+// the passes of a block, and pass 2 reads what its own core's pass 1 left in its caches.
 // Between the passes the values go through float32, as through the reductions
 // tensor of the two-phase form, so both forms give the same bits.
 template <typename Derived, typename Hyper>
@@ -206,7 +224,7 @@ class TwoPhaseStep {
     if (c_.skip) return c_.reductions_out({}, k_);
     self().begin(true, false);
     std::vector<double> out(k_ * c_.n);
-    self().reduce_block(c_.whole(), out.data());
+    self().reduce_block(c_.whole(), out.data(), BlockPass{});
     self().end(true, false);
     return c_.reductions_out(out, k_);
   }
@@ -215,33 +233,44 @@ class TwoPhaseStep {
     const std::vector<double> r = c_.reductions_in(reductions);
     if (c_.skip) return;
     self().begin(false, true);
-    self().apply_block(c_.whole(), r.data());
+    self().apply_block(c_.whole(), r.data(), BlockPass{});
     self().end(false, true);
   }
 
   void step() {
     if (c_.skip) return;
     self().begin(true, true);
-    std::vector<double> r;
-    std::vector<int64_t> offset(stash_planes_ ? c_.n : 0);
     // (a block's pass-1 bytes and its stash: what pass 2 must find in cache)
     const int64_t cached_bytes = pass1_bytes_ + 4 * stash_planes_;
-    for (const Block& b : make_blocks(c_.chunks, c_.n, kBlockBytes / cached_bytes)) {
-      r.assign(k_ * (b.t1 - b.t0), 0.0);
-      if (stash_planes_) stash_ = stash_for(c_.tensors, c_.rows.numels(), b, cached_bytes, stash_planes_, offset);
-      self().reduce_block(b, r.data());
+    const std::vector<Block> blocks = make_blocks(c_.chunks, c_.n, kBlockBytes / cached_bytes);
+    // Both passes of blocks[i] (the offsets of its tensors in the stash: one vector a thread).
+    const auto run = [&](const Block& b, std::vector<int64_t>& offset) {
+      std::vector<double> r(k_ * (b.t1 - b.t0), 0.0);
+      BlockPass pass;
+      if (stash_planes_) pass.stash = stash_for(c_.tensors, c_.rows.numels(), b, cached_bytes, stash_planes_, offset);
+      self().reduce_block(b, r.data(), pass);
       for (double& x : r) x = float(x);
-      c_.apply_backward = true;  // (pass 2 starts where pass 1 ended: ChunkSpan::backward)
-      self().apply_block(b, r.data());
-      c_.apply_backward = false;
+      pass.backward = true;
+      self().apply_block(b, r.data(), pass);
+    };
+    const std::vector<std::vector<int64_t>> owned = owned_blocks(blocks);
+    std::vector<int64_t> offset(stash_planes_ ? c_.n : 0);
+    for (size_t i = 0; i < blocks.size(); ++i)  // (the blocks no thread owns: every thread works on each)
+      if (owned.empty() || owned_by_none_[i]) run(blocks[i], offset);
+    if (!owned.empty()) {
+      // (at::parallel_for inside runs inline on the calling thread: its blocks, its caches)
+      at::parallel_for(0, int64_t(owned.size()), 1, [&](int64_t t0, int64_t t1) {
+        std::vector<int64_t> mine(stash_planes_ ? c_.n : 0);
+        for (int64_t t = t0; t < t1; ++t)
+          for (const int64_t i : owned[t]) run(blocks[i], mine);
+      });
     }
-    stash_ = {};
     self().end(true, true);
   }
 
  protected:
   // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stash_planes: the
-  // floats an element the one-call step's pass 1 leaves for pass 2 (stash_; 0: none).
+  // floats an element the one-call step's pass 1 leaves for pass 2 (BlockPass::stash; 0: none).
   TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0)
       : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes) {}
 
@@ -250,13 +279,43 @@ class TwoPhaseStep {
   static constexpr int64_t kBlockBytes = int64_t(8) << 20;
 
   CpuCall<Hyper> c_;
-  // The current block's stash during a one-call step; none (data null) in the two-phase form.
-  UpdateStash stash_;
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
+
+  // With several threads, which blocks each thread steps alone (both passes): the largest first,
+  // each to the least loaded thread. A block larger than a quarter of a thread's share is left
+  // to all threads together (owned_by_none_), so that one tensor cannot hold the others back.
+  // Empty (every block on every thread) with one thread or one block.
+  std::vector<std::vector<int64_t>> owned_blocks(const std::vector<Block>& blocks) {
+    const int64_t nt = at::get_num_threads();
+    owned_by_none_.assign(blocks.size(), false);
+    if (nt < 2 || blocks.size() < 2 || at::in_parallel_region()) return {};
+    std::vector<int64_t> size(blocks.size()), order;
+    int64_t total = 0;
+    for (size_t i = 0; i < blocks.size(); ++i) total += size[i] = c_.elems(blocks[i]);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (size[i] * 4 * nt > total) owned_by_none_[i] = true;
+      else order.push_back(int64_t(i));
+    }
+    if (order.size() < 2) {
+      owned_by_none_.assign(blocks.size(), true);
+      return {};
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return size[a] > size[b]; });
+    std::vector<std::vector<int64_t>> owned(nt);
+    std::vector<int64_t> load(nt, 0);
+    for (const int64_t i : order) {
+      const int64_t t = std::min_element(load.begin(), load.end()) - load.begin();
+      owned[t].push_back(i);
+      load[t] += size[i];
+    }
+    return owned;
+  }
+
   const int64_t k_, pass1_bytes_;
   const int64_t stash_planes_;
+  std::vector<bool> owned_by_none_;  // per block of the step (owned_blocks)
 };
 
 // The CPU registrations of a family's ops over its call class (CPU, and SparseCPU

@@ -43,24 +43,26 @@ class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
   }
 
   // Pass 1: m and v updated; per tensor (||p||^2, ||u||^2).
-  void reduce_block(const Block& b, double* out) {
+  void reduce_block(const Block& b, double* out, const BlockPass& pass) {
     std::vector<double> partials(lamb::kReductions * (b.c1 - b.c0));
-    args_.partials = partials.data();
-    args_.chunks = c_.chunk_span(b);
-    args_.stash = stash_;
-    kernels().pass1(args_);
+    LambArgs args = args_;  // (a copy: threads may run blocks at once)
+    args.partials = partials.data();
+    args.chunks = c_.chunk_span(b, pass.backward);
+    args.stash = pass.stash;
+    kernels().pass1(args);
     reduce_per_tensor(c_.chunks, b, partials.data(), lamb::kReductions, out);
   }
 
   // Pass 2: p = keep p - lr * r * u.
-  void apply_block(const Block& b, const double* sq) {
+  void apply_block(const Block& b, const double* sq, const BlockPass& pass) {
     for (int64_t i = b.t0; i < b.t1; ++i) {
       const double* s = sq + lamb::kReductions * (i - b.t0);
       coeffs_[i].step_size = lamb::step_size(c_.hyper, lr_, s[0], s[1]);
     }
-    args_.chunks = c_.chunk_span(b);
-    args_.stash = stash_;
-    kernels().pass2(args_);
+    LambArgs args = args_;
+    args.chunks = c_.chunk_span(b, pass.backward);
+    args.stash = pass.stash;
+    kernels().pass2(args);
   }
 
   void end(bool reduce, bool apply) { c_.commit(apply, reduce ? 0b11u : 0u); }  // p; m, v

@@ -42,14 +42,15 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
   }
 
   // Pass 1 (writes nothing but the steps): per tensor ||p||^2, ||u||^2, max |m|, max v.
-  void reduce_block(const Block& b, double* out) {
+  void reduce_block(const Block& b, double* out, const BlockPass& pass) {
     const int64_t nc = b.c1 - b.c0, nt = b.t1 - b.t0;
     std::vector<double> sums(2 * nc), maxes(2 * nc), sq(2 * nt), amax(2 * nt);
-    args_.sums = sums.data();
-    args_.maxes = maxes.data();
-    args_.chunks = c_.chunk_span(b);
-    args_.stash = stash_;
-    kernels().pass1(args_);
+    Lamb16Args args = args_;  // (a copy: threads may run blocks at once)
+    args.sums = sums.data();
+    args.maxes = maxes.data();
+    args.chunks = c_.chunk_span(b, pass.backward);
+    args.stash = pass.stash;
+    kernels().pass1(args);
     reduce_per_tensor(c_.chunks, b, sums.data(), 2, sq.data());
     max_per_tensor(c_.chunks, b, maxes.data(), 2, amax.data());
     for (int64_t i = 0; i < nt; ++i)
@@ -58,7 +59,7 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
   }
 
   // Pass 2: trust ratios and new scales from the reductions; p, m8, v8 written.
-  void apply_block(const Block& b, const double* r) {
+  void apply_block(const Block& b, const double* r, const BlockPass& pass) {
     for (int64_t i = b.t0; i < b.t1; ++i) {
       const double* x = r + lamb16::kReductions * (i - b.t0);
       new_m_scales_[i] = lamb16::new_scale(x[2], lamb16::kE4M3Max);
@@ -70,9 +71,10 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
       if (c_.hyper.stochastic_rounding)  // this step's count (reduce incremented it)
         coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }
-    args_.chunks = c_.chunk_span(b);
-    args_.stash = stash_;
-    kernels().pass2(args_);
+    Lamb16Args args = args_;
+    args.chunks = c_.chunk_span(b, pass.backward);
+    args.stash = pass.stash;
+    kernels().pass2(args);
   }
 
   // apply: p, m8, v8, then the scales (read by the constructor until here).

@@ -38,20 +38,20 @@ class LarsStep : public TwoPhaseStep<LarsStep, lars::Hyper> {
   }
 
   // Layer norms (two reads, 8 bytes/param; nothing written): per tensor (||p||^2, ||g||^2).
-  void reduce_block(const Block& b, double* out) {
+  void reduce_block(const Block& b, double* out, const BlockPass&) {
     const auto p_sq = sumsq(b, p_ptrs_, p_dtypes_, 1.f);
     const auto g_sq = sumsq(b, g_ptrs_, c_.rows.dtypes(), grad_mul_);
     for (int64_t i = 0; i < b.t1 - b.t0; ++i) out[2 * i] = p_sq[i], out[2 * i + 1] = g_sq[i];
   }
 
   // Local learning rates from the reductions, then one update pass.
-  void apply_block(const Block& b, const double* sq) {
+  void apply_block(const Block& b, const double* sq, const BlockPass& pass) {
     for (int64_t i = b.t0; i < b.t1; ++i) {
       const lars::Options o = lars::options_of(a_, i);
       const double* s = sq + lars::kReductions * (i - b.t0);
       coeffs_[i] = {lars::local_lr(c_.hyper, o, lr_, s[0], s[1]), float(o.weight_decay)};
     }
-    const LarsArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b), *c_.hyper.momentum, grad_mul_,
+    const LarsArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b, pass.backward), *c_.hyper.momentum, grad_mul_,
                         lars::step_size(c_.hyper, lr_)};
     INDUCTOR_LAMB_KERNELS(lars_kernels).update(args);
   }

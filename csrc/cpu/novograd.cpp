@@ -34,7 +34,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
   }
 
   // Layer grad norms (one read, 4 bytes/param; nothing written): per tensor ||g / grad_scale||^2.
-  void reduce_block(const Block& b, double* out) {
+  void reduce_block(const Block& b, double* out, const BlockPass&) {
     std::vector<double> partials(b.c1 - b.c0);
     const SumSqArgs args{g_ptrs_.data(), c_.rows.dtypes().data(), c_.chunk_span(b), c_.inv_grad_scale(),
                          partials.data()};
@@ -43,7 +43,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
   }
 
   // The second moments from the reductions (written: each is read once, here), then one update pass.
-  void apply_block(const Block& b, const double* g_sq) {
+  void apply_block(const Block& b, const double* g_sq, const BlockPass& pass) {
     const float inv_scale = c_.inv_grad_scale();
     for (int64_t i = b.t0; i < b.t1; ++i) {
       float* v = v_[i].data_ptr<float>();
@@ -53,7 +53,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
       *v_max = m.v_max;
       coeffs_[i] = {novograd::grad_mul(c_.hyper, m, inv_scale)};
     }
-    const NovogradArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b), &c_.hyper, float(lr_),
+    const NovogradArgs args{c_.tensors.data(), coeffs_.data(), c_.chunk_span(b, pass.backward), &c_.hyper, float(lr_),
                             novograd::keep(c_.hyper, lr_)};
     INDUCTOR_LAMB_KERNELS(novograd_kernels).update(args);
   }
