@@ -167,6 +167,13 @@ std::string build_info() { return INDUCTOR_LAMB_BUILD_INFO; }
 
 int64_t max_cpu_capability() { return static_cast<int64_t>(inductor_lamb::cpu::max_cpu_capability()); }
 
+// force >= 0: a one-call CPU step's block size in bytes (0: the default). Returns the one in use
+// at the current thread count.
+int64_t cpu_block_bytes(int64_t force) {
+  if (force >= 0) inductor_lamb::cpu::set_block_bytes(force);
+  return inductor_lamb::cpu::block_bytes(at::get_num_threads());
+}
+
 // force >= 0: the last-level cache size the CPU step plans for (0: the system's). Returns the one in use.
 int64_t cpu_cache_bytes(int64_t force) {
   if (force >= 0) inductor_lamb::cpu::set_last_level_cache_bytes(force);
@@ -282,6 +289,7 @@ TORCH_LIBRARY(lamb, m) {
   m.def("_cpu_capability(int force=-1) -> int", &inductor_lamb::cpu_capability);
   m.def("_max_cpu_capability() -> int", &inductor_lamb::max_cpu_capability);
   m.def("_cpu_cache_bytes(int force=-1) -> int", &inductor_lamb::cpu_cache_bytes);
+  m.def("_cpu_block_bytes(int force=-1) -> int", &inductor_lamb::cpu_block_bytes);
 }
 
 TORCH_LIBRARY_IMPL(lamb, Autograd, m) {

@@ -84,7 +84,7 @@ def reset_path():
 
 
 # The CPU one-call ops run reduce and apply a block of whole tensors at a time
-# (8 MiB of pass-1 data: 0.5M elements for LAMB, 0.8M for LAMB16, 1M for LARS;
+# (8 MiB of pass-1 data and stash: 419K elements for LAMB, 381K for LAMB16, 1M for LARS;
 # csrc/cpu/engine.h): these shapes make several blocks, with tensors larger
 # than a block alone, empty and 0-d ones between them.
 BLOCK_SHAPES = [(600, 1000), (300, 700), (0, 5), (), (1100, 1000), (400, 500), (7,)]
@@ -154,18 +154,36 @@ def test_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cac
 
 
 # With several threads the one-call step gives each thread whole blocks of its own (both passes;
-# the blocks above a quarter of a thread's share are worked on by all threads): these 30 tensors
-# of 20K-130K elements make a dozen blocks, every one owned, in an order the list does not have.
+# a block above a quarter of a thread's share is worked on by all threads). Blocks of 64 KiB cut
+# these 30 tensors of 20K-160K elements into one block each, every one owned, which the threads
+# take largest first; "mixed_blocks" adds tensors large enough to stay shared, empty and 0-d ones.
 OWNED_SHAPES = [(20_000 + 37_000 * (i % 4) + 1_000 * i,) for i in range(30)]
 
 
+@pytest.fixture
+def small_blocks():
+    assert torch.ops.lamb._cpu_block_bytes(64 << 10) == 64 << 10
+    yield
+    torch.ops.lamb._cpu_block_bytes(0)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "bf16_rounded", "streamed_stash"])
 @pytest.mark.parametrize("shapes", ["owned", "mixed_blocks"])
-@pytest.mark.parametrize("case", ["lamb", "lamb16_grad_scale", "lars", "novograd"])
-def test_threads_owning_blocks_give_one_threads_bits(case, shapes):
-    shape_list = OWNED_SHAPES if shapes == "owned" else BLOCK_SHAPES + OWNED_SHAPES[:8]
-    name, args, kwargs = case_args(case, shapes=shape_list)
+@pytest.mark.parametrize("case", ["lamb", "lamb16_grad_scale", "lars_grad_scale", "novograd"])
+def test_threads_owning_blocks_give_one_threads_bits(case, shapes, variant, small_blocks, cache_bytes):
+    if variant == "streamed_stash":
+        cache_bytes(1 << 20)
+    shape_list = OWNED_SHAPES if shapes == "owned" else [(1_500_000,)] + OWNED_SHAPES[:8] + [(0, 5), (), (3_000_000,)]
+    dtype = torch.bfloat16 if variant == "bf16_rounded" else torch.float32
+    name, args, kwargs = case_args(case, dtype=dtype, shapes=shape_list)
+    if variant == "bf16_rounded":
+        kwargs.pop("master_params", None)
+        kwargs["stochastic_rounding"] = True
     b_args, b_kwargs = clone_lists(args), dict(kwargs)
     c_args, c_kwargs = clone_lists(args), dict(kwargs)
+    for kw in (b_kwargs, c_kwargs):
+        if "master_params" in kw:
+            kw["master_params"] = [t.clone() for t in kw["master_params"]]
     threads = torch.get_num_threads()
     try:
         for lr in LRS:

@@ -136,6 +136,21 @@ int64_t last_level_cache_bytes() {
 void set_last_level_cache_bytes(int64_t bytes) { cache_bytes_override().store(std::max<int64_t>(bytes, 0)); }
 
 namespace {
+std::atomic<int64_t>& block_bytes_override() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
+}  // namespace
+
+int64_t block_bytes(int64_t threads) {
+  if (const int64_t forced = block_bytes_override().load(); forced > 0) return forced;
+  constexpr int64_t kBlockBytes = int64_t(8) << 20;
+  return std::max<int64_t>(1 << 16, std::min(kBlockBytes, last_level_cache_bytes() / std::max<int64_t>(threads, 1)));
+}
+
+void set_block_bytes(int64_t bytes) { block_bytes_override().store(std::max<int64_t>(bytes, 0)); }
+
+namespace {
 // The calling thread's stash buffer, grown to the largest block it has stashed and kept: a
 // fresh allocation of that size each step would cost its page faults, more than the stash saves.
 float* stash_buffer(int64_t elems) {
@@ -148,7 +163,7 @@ float* stash_buffer(int64_t elems) {
     buf.data.reset();
     const size_t bytes = (size_t(elems) * sizeof(float) + 63) / 64 * 64;
     buf.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    TORCH_CHECK(buf.data, "out of memory allocating ", bytes, " bytes for the step's update stash");
+    if (!buf.data) return nullptr;  // (out of memory: pass 2 recomputes, as without a stash)
     buf.size = elems;
   }
   return buf.data.get();
@@ -170,7 +185,9 @@ UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<
   // more where recomputing decodes two bytes (1.22x the two phases' time on tensors of 2.4M
   // elements, an AMD EPYC), and a block filling the cache spills it (tensors of 1.3M: no gain).
   if (planes > 1 && total * cached_bytes > last_level_cache_bytes() / 2) return {};
-  return {stash_buffer(total * planes), offset.data(), stream, total};
+  float* const data = stash_buffer(total * planes);
+  if (data == nullptr) return {};
+  return {data, offset.data(), stream, total};
 }
 
 void reduce_per_tensor(const std::vector<Chunk>& chunks, const Block& b, const double* partials, int64_t k,

@@ -86,6 +86,13 @@ constexpr int64_t kStashMaxElems = int64_t(16) << 20;  // a 64 MiB buffer at mos
 UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<int64_t>& numels, const Block& b,
                       int64_t cached_bytes, int64_t planes, std::vector<int64_t>& offset);
 
+// What pass 1 of a one-call step's block may read and stash for pass 2 to find in cache, with
+// `threads` threads: 8 MiB, well under the last-level cache of one core complex (32 MiB on AMD
+// EPYC, 30+ on Xeons), and at most the cache's share of a thread, since each thread works on a
+// block of its own (TwoPhaseStep::step), unless set (tests cut lists into many small blocks).
+int64_t block_bytes(int64_t threads);
+void set_block_bytes(int64_t bytes);  // 0: the above again
+
 // The size of this CPU's last-level cache (L3, else L2; 32 MiB if the system does not say),
 // unless set: tests and benchmarks take the streaming path of the stash with a smaller one.
 int64_t last_level_cache_bytes();
@@ -242,7 +249,7 @@ class TwoPhaseStep {
     self().begin(true, true);
     // (a block's pass-1 bytes and its stash: what pass 2 must find in cache)
     const int64_t cached_bytes = pass1_bytes_ + 4 * stash_planes_;
-    const std::vector<Block> blocks = make_blocks(c_.chunks, c_.n, kBlockBytes / cached_bytes);
+    const std::vector<Block> blocks = make_blocks(c_.chunks, c_.n, block_bytes(at::get_num_threads()) / cached_bytes);
     // Both passes of blocks[i] (the offsets of its tensors in the stash: one vector a thread).
     const auto run = [&](const Block& b, std::vector<int64_t>& offset) {
       std::vector<double> r(k_ * (b.t1 - b.t0), 0.0);
@@ -274,10 +281,6 @@ class TwoPhaseStep {
   TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0)
       : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes) {}
 
-  // What pass 1 of a block may read and stash for pass 2 to find in cache: well under
-  // the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons).
-  static constexpr int64_t kBlockBytes = int64_t(8) << 20;
-
   CpuCall<Hyper> c_;
 
  private:
@@ -286,7 +289,8 @@ class TwoPhaseStep {
   // With several threads, which blocks each thread steps alone (both passes): the largest first,
   // each to the least loaded thread. A block larger than a quarter of a thread's share is left
   // to all threads together (owned_by_none_), so that one tensor cannot hold the others back.
-  // Empty (every block on every thread) with one thread or one block.
+  // Empty (every block on every thread) with one thread, fewer than two blocks to own, or when
+  // called inside a parallel region.
   std::vector<std::vector<int64_t>> owned_blocks(const std::vector<Block>& blocks) {
     const int64_t nt = at::get_num_threads();
     owned_by_none_.assign(blocks.size(), false);

@@ -38,6 +38,9 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
     if (apply) {
       lr_ = c_.lr();
       c_.param_keys(&steps_);
+      if (c_.hyper.stochastic_rounding)  // this step's count (reduce incremented it)
+        for (size_t i = 0; i < c_.n; ++i)
+          coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }
   }
 
@@ -68,8 +71,6 @@ class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
       coeffs_[i].inv_v_scale = 1.f / new_v_scales_[i];
       coeffs_[i].step_size = lamb16::step_size(c_.hyper, lr_, x[0], x[1]);
       coeffs_[i].finite = std::isfinite(x[3]) && lamb16::eps_allows_finite(args_.consts);
-      if (c_.hyper.stochastic_rounding)  // this step's count (reduce incremented it)
-        coeffs_[i].round_key = rounding::tensor_key(c_.hyper.seed, steps_[i].item<float>());
     }
     Lamb16Args args = args_;
     args.chunks = c_.chunk_span(b, pass.backward);

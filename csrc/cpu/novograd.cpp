@@ -27,6 +27,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
 
   void begin(bool reduce, bool apply) {
     if (reduce) increment_steps(steps_);  // (as the CUDA engine's reduce does)
+    inv_scale_ = c_.inv_grad_scale();  // (read here: the blocks may run on worker threads)
     if (apply) {
       lr_ = c_.lr();
       c_.param_keys(&steps_);
@@ -36,7 +37,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
   // Layer grad norms (one read, 4 bytes/param; nothing written): per tensor ||g / grad_scale||^2.
   void reduce_block(const Block& b, double* out, const BlockPass&) {
     std::vector<double> partials(b.c1 - b.c0);
-    const SumSqArgs args{g_ptrs_.data(), c_.rows.dtypes().data(), c_.chunk_span(b), c_.inv_grad_scale(),
+    const SumSqArgs args{g_ptrs_.data(), c_.rows.dtypes().data(), c_.chunk_span(b), inv_scale_,
                          partials.data()};
     INDUCTOR_LAMB_KERNELS(engine_kernels).sumsq(args);
     reduce_per_tensor(c_.chunks, b, partials.data(), 1, out);
@@ -44,7 +45,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
 
   // The second moments from the reductions (written: each is read once, here), then one update pass.
   void apply_block(const Block& b, const double* g_sq, const BlockPass& pass) {
-    const float inv_scale = c_.inv_grad_scale();
+    const float inv_scale = inv_scale_;
     for (int64_t i = b.t0; i < b.t1; ++i) {
       float* v = v_[i].data_ptr<float>();
       float* v_max = v_max_[i].data_ptr<float>();
@@ -67,6 +68,7 @@ class NovogradStep : public TwoPhaseStep<NovogradStep, novograd::Hyper> {
   std::vector<NovogradCoeffs> coeffs_;
   std::vector<const void*> g_ptrs_;
   double lr_ = 0.0;
+  float inv_scale_ = 1.f;  // 1 / grad_scale, read in begin
 };
 
 INDUCTOR_LAMB_CPU_OPS(NovogradStep, "novograd_step_")
