@@ -153,8 +153,9 @@ def test_stash_gives_the_recomputed_bits(case, variant, cap, cache, threads, cac
     assert_bit_identical(args, kwargs, b_args, b_kwargs)
 
 
-# With several threads the one-call step gives each thread whole blocks of its own (both passes;
-# a block above a quarter of a thread's share is worked on by all threads). Blocks of 64 KiB cut
+# With several threads LAMB's and LAMB16's one-call steps give each thread whole blocks of its own
+# (both passes; a block above a quarter of a thread's share is worked on by all threads; LARS and
+# NovoGrad share every block, and must give the same bits either way). Blocks of 64 KiB cut
 # these 30 tensors of 20K-160K elements into one block each, every one owned, which the threads
 # take largest first; "mixed_blocks" adds tensors large enough to stay shared, empty and 0-d ones.
 OWNED_SHAPES = [(20_000 + 37_000 * (i % 4) + 1_000 * i,) for i in range(30)]

@@ -277,9 +277,12 @@ class TwoPhaseStep {
 
  protected:
   // k: reductions per tensor; pass1_bytes: bytes per element pass 1 reads; stash_planes: the
-  // floats an element the one-call step's pass 1 leaves for pass 2 (BlockPass::stash; 0: none).
-  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0)
-      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes) {}
+  // floats an element the one-call step's pass 1 leaves for pass 2 (BlockPass::stash; 0: none);
+  // per_thread_blocks: whether threads step blocks of their own (owned_blocks).
+  TwoPhaseStep(CpuCall<Hyper> call, int64_t k, int64_t pass1_bytes, int64_t stash_planes = 0,
+               bool per_thread_blocks = false)
+      : c_(std::move(call)), k_(k), pass1_bytes_(pass1_bytes), stash_planes_(stash_planes),
+        per_thread_blocks_(per_thread_blocks) {}
 
   CpuCall<Hyper> c_;
 
@@ -287,6 +290,8 @@ class TwoPhaseStep {
   Derived& self() { return static_cast<Derived&>(*this); }
 
   // With several threads, which blocks each thread steps alone (both passes): the largest first,
+  // for the ops that ask (LAMB, LAMB16: their pass 2 reads the stash, or recomputes, from the
+  // caches of the core that ran pass 1; LARS and NovoGrad lost 2-10% with it where memory is slow),
   // each to the least loaded thread. A block larger than a quarter of a thread's share is left
   // to all threads together (owned_by_none_), so that one tensor cannot hold the others back.
   // Empty (every block on every thread) with one thread, fewer than two blocks to own, or when
@@ -294,7 +299,7 @@ class TwoPhaseStep {
   std::vector<std::vector<int64_t>> owned_blocks(const std::vector<Block>& blocks) {
     const int64_t nt = at::get_num_threads();
     owned_by_none_.assign(blocks.size(), false);
-    if (nt < 2 || blocks.size() < 2 || at::in_parallel_region()) return {};
+    if (!per_thread_blocks_ || nt < 2 || blocks.size() < 2 || at::in_parallel_region()) return {};
     std::vector<int64_t> size(blocks.size()), order;
     int64_t total = 0;
     for (size_t i = 0; i < blocks.size(); ++i) total += size[i] = c_.elems(blocks[i]);
@@ -319,6 +324,7 @@ class TwoPhaseStep {
 
   const int64_t k_, pass1_bytes_;
   const int64_t stash_planes_;
+  const bool per_thread_blocks_;
   std::vector<bool> owned_by_none_;  // per block of the step (owned_blocks)
 };
 

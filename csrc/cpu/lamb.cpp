@@ -17,7 +17,8 @@ namespace {
 class LambStep : public TwoPhaseStep<LambStep, lamb::Hyper> {
  public:
   explicit LambStep(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stash_planes=*/1),
+      : TwoPhaseStep({a, 2, &lamb::hyper_of<OpArgs>}, lamb::kReductions, 16, /*stash_planes=*/1,
+                     /*per_thread_blocks=*/true),
         steps_(a.list("steps")),
         coeffs_(c_.n),
         args_{c_.tensors.data(), coeffs_.data(), c_.chunk_span(), lamb::consts(c_.hyper), 1.f, 1.f, nullptr} {}

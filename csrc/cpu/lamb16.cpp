@@ -18,7 +18,8 @@ namespace {
 class Lamb16Step : public TwoPhaseStep<Lamb16Step, lamb16::Hyper> {
  public:
   explicit Lamb16Step(const OpArgs& a)
-      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10, /*stash_planes=*/3),
+      : TwoPhaseStep({a, 2, &lamb16::hyper_of<OpArgs>}, lamb16::kReductions, 10, /*stash_planes=*/3,
+                     /*per_thread_blocks=*/true),
         steps_(a.list("steps")),
         m_scales_(a.list("exp_avg_scales")),
         v_scales_(a.list("exp_avg_sq_scales")),
