@@ -87,9 +87,9 @@ UpdateStash stash_for(const std::vector<TensorPtrs>& tensors, const std::vector<
                       int64_t cached_bytes, int64_t planes, std::vector<int64_t>& offset);
 
 // What pass 1 of a one-call step's block may read and stash for pass 2 to find in cache, with
-// `threads` threads: 8 MiB, well under the last-level cache of one core complex (32 MiB on AMD
-// EPYC, 30+ on Xeons), and at most the cache's share of a thread, since each thread works on a
-// block of its own (TwoPhaseStep::step), unless set (tests cut lists into many small blocks).
+// `threads` threads each keeping a block of its own in the cache (TwoPhaseStep::step): 8 MiB,
+// well under the last-level cache of one core complex (32 MiB on AMD EPYC, 30+ on Xeons), and at
+// most the cache's share of a thread, unless set (tests cut lists into many small blocks).
 int64_t block_bytes(int64_t threads);
 void set_block_bytes(int64_t bytes);  // 0: the above again
 
@@ -220,8 +220,9 @@ struct BlockPass {
 // it again from memory (docs/decisions.md, "The CPU one-call op works a block of tensors at a
 // time"), and, for an op that
 // stashes its updates, gives pass 1 a place to leave them (BlockPass::stash). With several
-// threads each takes whole blocks of its own (owned_blocks): no thread waits for another between
-// the passes of a block, and pass 2 reads what its own core's pass 1 left in its caches.
+// threads, in the ops that ask (per_thread_blocks), each takes whole blocks of its own
+// (owned_blocks): no thread waits for another between the passes of a block, and pass 2 reads
+// what its own core's pass 1 left in its caches.
 // Between the passes the values go through float32, as through the reductions
 // tensor of the two-phase form, so both forms give the same bits.
 template <typename Derived, typename Hyper>
@@ -249,7 +250,9 @@ class TwoPhaseStep {
     self().begin(true, true);
     // (a block's pass-1 bytes and its stash: what pass 2 must find in cache)
     const int64_t cached_bytes = pass1_bytes_ + 4 * stash_planes_;
-    const std::vector<Block> blocks = make_blocks(c_.chunks, c_.n, block_bytes(at::get_num_threads()) / cached_bytes);
+    // (threads stepping blocks of their own each keep one in the shared cache)
+    const int64_t sharing = per_thread_blocks_ ? at::get_num_threads() : 1;
+    const std::vector<Block> blocks = make_blocks(c_.chunks, c_.n, block_bytes(sharing) / cached_bytes);
     // Both passes of blocks[i] (the offsets of its tensors in the stash: one vector a thread).
     const auto run = [&](const Block& b, std::vector<int64_t>& offset) {
       std::vector<double> r(k_ * (b.t1 - b.t0), 0.0);
