@@ -331,3 +331,31 @@ def reset_path():
 @given(plans(), st.sampled_from(inductor_lamb._inductor.PATHS))
 def test_every_compiled_call_errors_like_eager_or_matches_the_reference(reset_path, plan, path):
     _check(plan, path)
+
+
+DECOUPLED_OPS = [name for name, spec in SPECS.items() if any(a.name == "decoupled_decay" for a in spec.args)]
+
+
+@pytest.mark.parametrize("path", [None, *inductor_lamb._inductor.PATHS])
+@pytest.mark.parametrize("max_lr", [0.0, 0.05])
+@pytest.mark.parametrize("lr", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("name", DECOUPLED_OPS)
+def test_decoupled_decay_without_weight_decay_leaves_the_param_unscaled(reset_path, name, lr, max_lr, path):
+    # (1 - lr * 0 is NaN where lr is infinite: with no weight decay the param takes no factor at
+    # all, as in the reference; found by the long search)
+    shapes = [(), (7,), (3, 5)]
+
+    def build() -> Call:
+        kwargs = {a.name: torch.tensor(0.9) for a in SPECS[name].args if a.role is Role.TENSOR}
+        kwargs.update(lr=torch.tensor(lr), weight_decay=0.0, decoupled_decay=True, max_lr=max_lr)
+        return Call(name, spec_lists(name, shapes, seed=3), kwargs, [f"{name} lr={lr} max_lr={max_lr}"])
+
+    fn = None
+    if path is not None:
+        inductor_lamb.set_compile_path(path)
+        torch._dynamo.reset()
+        fn = torch.compile(_op_call, fullgraph=True, dynamic=False)
+    call = build()
+    error, out = _run(call, fn)
+    assert error is None, error
+    _assert_matches_reference(call, build(), out)

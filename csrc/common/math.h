@@ -31,9 +31,9 @@ INDUCTOR_LAMB_HD float max_of(float a, float b) { return a < b ? b : a; }
 
 // The param's factor before a step's update under decoupled weight decay, p *= 1 - s wd with
 // s = lr, or lr^2 / max_lr where max_lr > 0 (timm's corrected_weight_decay, max_lr the peak lr);
-// 1 without decoupled decay.
+// 1 without decoupled decay or weight decay (not 1 - s 0, which is NaN where lr is infinite).
 INDUCTOR_LAMB_HD float decay_keep(bool decoupled, double weight_decay, double max_lr, double lr) {
-  return decoupled ? float(1.0 - (max_lr > 0 ? lr * lr / max_lr : lr) * weight_decay) : 1.f;
+  return decoupled && weight_decay != 0 ? float(1.0 - (max_lr > 0 ? lr * lr / max_lr : lr) * weight_decay) : 1.f;
 }
 
 // The primitives of a value type V the element math uses beyond + - *.
