@@ -166,17 +166,14 @@ def fp8_scale(x: Tensor, dtype: torch.dtype) -> Tensor:
     return fp8_scale_of_amax(x.abs().amax() if x.numel() else x.new_zeros(()), dtype)
 
 
-def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | None = None, *,
-               nonnegative: bool = False) -> Tensor:
+def fp8_encode(x: Tensor, scale: Tensor, dtype: torch.dtype, hashes: Tensor | None = None) -> Tensor:
     """``dtype(clamp(x * (1 / scale)))``: saturating, never inf/NaN for finite ``x``;
     round to nearest even, or with the random bits ``hashes``
     (:func:`inductor_lamb.rounding.element_hash`) stochastically
-    (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value).
-    ``nonnegative``: ``x`` is >= 0 by construction (v, with betas in range) and is
-    clamped above only, as the kernels do."""
+    (:func:`inductor_lamb.rounding.stochastic_round` of the float32 value)."""
     hi = FP8_MAX[dtype]
     inv = (1.0 / scale.float()).to(x.dtype)
-    y = (x * inv).clamp(None if nonnegative else -hi, hi)
+    y = (x * inv).clamp(-hi, hi)
     if hashes is not None:
         y = stochastic_round(TENSORS, y.float(), hashes, dtype)
     # Through float32, as the kernels round: Triton has no float64 <-> float8 conversion.
@@ -244,7 +241,7 @@ def _lamb16_apply(a, reductions) -> None:
             g = g.float() if a.grad_scale is None else g.float() * (1.0 / a.grad_scale.float())
         hashes = None if key is None else element_hash(TENSORS, key, g, m8, v8)
         m_new = fp8_encode(m, sm, m8.dtype, hashes)
-        v_new = fp8_encode(v, sv, v8.dtype, hashes, nonnegative=True)
+        v_new = fp8_encode(v, sv, v8.dtype, hashes)
         m8.copy_(m_new)
         v8.copy_(v_new)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from bit_cases import available_capabilities
 from conftest import noncontiguous_like, spec_lists
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
@@ -358,4 +359,35 @@ def test_decoupled_decay_without_weight_decay_leaves_the_param_unscaled(reset_pa
     call = build()
     error, out = _run(call, fn)
     assert error is None, error
+    _assert_matches_reference(call, build(), out)
+
+
+@pytest.mark.parametrize("path", [None, *inductor_lamb._inductor.PATHS])
+@pytest.mark.parametrize("stochastic_rounding", [True, False])
+@pytest.mark.parametrize("cap", available_capabilities())
+def test_lamb16_saturates_a_negative_v_like_a_positive_one(reset_path, cap, stochastic_rounding, path):
+    # With beta2 > 1 (out of range, not refused by the op) v goes negative, and an apply op given a
+    # smaller amax v than its data would overflow its code: every backend saturates it at the
+    # format's max, as it does m and a positive v (it was NaN, -inf or -57344 by backend; found by
+    # the long search).
+    inductor_lamb.set_cpu_capability(cap)
+    shapes = [(), (40,)]
+
+    def build() -> Call:
+        args = spec_lists("lamb16_apply_", shapes, seed=5)
+        args[-1][:, 3] = 1e-3  # amax v, far below the data's
+        kwargs = {"lr": torch.tensor(1e-3), "beta1": torch.tensor(0.5), "beta2": torch.tensor(1.5),
+                  "stochastic_rounding": stochastic_rounding}
+        return Call("lamb16_apply_", args, kwargs, [f"cap={cap} path={path}"])
+
+    fn = None
+    if path is not None:
+        inductor_lamb.set_compile_path(path)
+        torch._dynamo.reset()
+        fn = torch.compile(_op_call, fullgraph=True, dynamic=False)
+    call = build()
+    error, out = _run(call, fn)
+    assert error is None, error
+    v8 = call.args[3]
+    assert all(torch.isfinite(v.float()).all() for v in v8) and (v8[1].float() == -57344.0).any()
     _assert_matches_reference(call, build(), out)

@@ -60,18 +60,19 @@ INDUCTOR_LAMB_HD Consts consts(const Hyper& h) {
 // Per element, from the decoded float8 codes m8, v8 (g already divided by grad_scale):
 //   m = beta1 m_scale m8 + (1 - beta1) g;  v = beta2 v_scale v8 + (1 - beta2) g^2
 //   u = m / (sqrt(v) + eps) + wd p
-// and the values to encode with the new scales, saturated first (float8
-// conversions turn overflow into NaN/inf).
+// and the values to encode with the new scales, saturated on both sides first (float8
+// conversions turn overflow into NaN/inf; v is never negative with betas in range, but an apply
+// op given a smaller amax than its data, with beta2 > 1, would see a negative v overflow).
 template <typename V>
 struct Elem {
   using Ops = ValueOps<V>;
   V beta1_scale, beta2_scale, one_minus_beta1, one_minus_beta2, eps, wd;
-  V inv_m_scale, inv_v_scale, m_lo, m_hi, v_hi;
+  V inv_m_scale, inv_v_scale, m_lo, m_hi, v_lo, v_hi;
   INDUCTOR_LAMB_HD Elem(const Consts& c, float beta1_scale_, float beta2_scale_, float inv_m_scale_ = 1.f,
                         float inv_v_scale_ = 1.f)
       : beta1_scale(beta1_scale_), beta2_scale(beta2_scale_), one_minus_beta1(c.one_minus_beta1),
         one_minus_beta2(c.one_minus_beta2), eps(c.eps), wd(c.wd), inv_m_scale(inv_m_scale_),
-        inv_v_scale(inv_v_scale_), m_lo(-kE4M3Max), m_hi(kE4M3Max), v_hi(kE5M2Max) {}
+        inv_v_scale(inv_v_scale_), m_lo(-kE4M3Max), m_hi(kE4M3Max), v_lo(-kE5M2Max), v_hi(kE5M2Max) {}
   // m, v: the decoded codes on entry, the new float32 moments on return.
   INDUCTOR_LAMB_HD void moments(const V& g, V& m, V& v) const {
     m = m * beta1_scale + g * one_minus_beta1;
@@ -84,7 +85,7 @@ struct Elem {
     return Ops::fmadd(wd, p, m * Ops::template inv_sqrt_plus_eps<Finite>(v, eps));
   }
   INDUCTOR_LAMB_HD V m_code(const V& m) const { return Ops::clamp(m * inv_m_scale, m_lo, m_hi); }
-  INDUCTOR_LAMB_HD V v_code(const V& v) const { return Ops::minimum(v * inv_v_scale, v_hi); }
+  INDUCTOR_LAMB_HD V v_code(const V& v) const { return Ops::clamp(v * inv_v_scale, v_lo, v_hi); }
 };
 
 }  // namespace inductor_lamb::lamb16

@@ -50,9 +50,8 @@ struct ValueOps<float> {
   // a * b + c rounded once: pins where an expression's FMA goes, which a compiler otherwise picks
   // from the statements' order (and so may pick differently when the code around it changes).
   static INDUCTOR_LAMB_HD float fmadd(float a, float b, float c) { return fmaf(a, b, c); }
-  // min and clamp saturating a value before a float8 encode: NaN in a or x propagates; the
-  // bounds b, lo, hi are never NaN (the vector forms may rely on it).
-  static INDUCTOR_LAMB_HD float minimum(float a, float b) { return a != a || a < b ? a : b; }
+  // clamp saturating a value before a float8 encode: NaN in x propagates; the bounds lo, hi are
+  // never NaN (the vector form may rely on it).
   static INDUCTOR_LAMB_HD float clamp(float x, float lo, float hi) { return x != x ? x : x < lo ? lo : x > hi ? hi : x; }
 };
 

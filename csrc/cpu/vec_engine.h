@@ -483,9 +483,8 @@ struct inductor_lamb::ValueOps<inductor_lamb::cpu::CPU_CAPABILITY::fVec> {
   }
   // (x86's DEFAULT build has no FMA instruction: there at::vec::fmadd rounds twice, as a * b + c did)
   static inline V fmadd(const V& a, const V& b, const V& c) { return at::vec::fmadd(a, b, c); }
-  // (clamp_max is one minps with the bound first, which passes a NaN a through; at::vec::minimum
-  // propagates a NaN from either side in four instructions)
-  static inline V minimum(const V& a, const V& b) { return at::vec::clamp_max(a, b); }
+  // (at::vec::clamp is a maxps and a minps with the bounds first, which pass a NaN x through, its
+  // sign too, as the scalar form does; at::vec::minimum and maximum take four instructions each)
   static inline V clamp(const V& x, const V& lo, const V& hi) { return at::vec::clamp(x, lo, hi); }
 };
 

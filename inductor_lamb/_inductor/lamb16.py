@@ -78,7 +78,7 @@ def lamb16_apply(B: Backend, a: SimpleNamespace, reductions: list[list[Any]]) ->
         B.mul(ratio, a.lr), m_scale, v_scale, B.reciprocal(m_scale), B.reciprocal(v_scale))
 
     m_new = B.maximum(B.minimum(B.mul(m, inv_m_scale), _M_MAX), -_M_MAX)
-    v_new = B.minimum(B.mul(v, inv_v_scale), _V_MAX)
+    v_new = B.maximum(B.minimum(B.mul(v, inv_v_scale), _V_MAX), -_V_MAX)
     rounding = None
     if a.stochastic_rounding:  # one hash of both old codes, computed before either assign
         hashes = element_hash(B, tensor_key(B, a.seed, a.steps), g, a.exp_avgs, a.exp_avg_sqs)
