@@ -52,8 +52,12 @@ def assign_params(B: Backend, params: list[Any], master_params: list[Any] | None
                   rounding: Callable[[int, Any, Any, torch.dtype], Any] | None = None) -> None:
     """The new params (float32): into the master copies if any, then into the params.
     ``rounding`` (:func:`param_rounding`): bf16 / fp16 params without master copies are
-    rounded stochastically onto their grid first, as the kernels do."""
-    B.assign(master_params, new)
+    rounded stochastically onto their grid first, as the kernels do. (The params take the
+    masters as written: with ``found_inf`` the masters' assign writes a select of old and new,
+    and an unrealized ``new`` read after it would step from the new masters a second time.)"""
+    if master_params is not None:
+        B.assign(master_params, new)
+        new = list(master_params)
     if rounding is not None and master_params is None:
         p0 = B.to_float(params)
         new = [rounding(i, x, p0[i], B.dtype(p)) if B.dtype(p) in PARAM_GRIDS else x
