@@ -287,6 +287,23 @@ def _assert_matches_reference(call: Call, inputs: Call, out: Any) -> None:
                                            equal_nan=True, msg=lambda m: f"{where}: {m}")
 
 
+def _compiled_op(path: str) -> Any:
+    """The raw op call compiled on compile path ``path`` (fresh: dynamo reset)."""
+    inductor_lamb.set_compile_path(path)
+    torch._dynamo.reset()
+    return torch.compile(_op_call, fullgraph=True, dynamic=False)
+
+
+def _run_and_match_the_reference(build, path: str | None) -> Call:
+    """Runs ``build()``'s call eagerly (path None) or compiled on ``path``; it must not raise and
+    must match the reference. Returns the call, its tensors stepped."""
+    call = build()
+    error, out = _run(call, None if path is None else _compiled_op(path))
+    assert error is None, error
+    _assert_matches_reference(call, build(), out)
+    return call
+
+
 def _check(plan: Plan, compiled_path: str | None = None) -> None:
     call, inputs = plan.build(), plan.build()
     for line in call.story:
@@ -295,9 +312,7 @@ def _check(plan: Plan, compiled_path: str | None = None) -> None:
     fn = None
     if compiled_path is not None:
         eager_error, _ = _run(plan.build())
-        inductor_lamb.set_compile_path(compiled_path)
-        torch._dynamo.reset()
-        fn = torch.compile(_op_call, fullgraph=True, dynamic=False)
+        fn = _compiled_op(compiled_path)
     error, out = _run(call, fn)
     if compiled_path is not None:  # the eager error, which dynamo may wrap in lines of its own
         assert (error is None) == (eager_error is None), f"compiled: {error!r}, eager: {eager_error!r}"
@@ -353,15 +368,7 @@ def test_decoupled_decay_without_weight_decay_leaves_the_param_unscaled(reset_pa
         kwargs.update(lr=torch.tensor(lr), weight_decay=0.0, decoupled_decay=True, max_lr=max_lr)
         return Call(name, spec_lists(name, shapes, seed=3), kwargs, [f"{name} lr={lr} max_lr={max_lr}"])
 
-    fn = None
-    if path is not None:
-        inductor_lamb.set_compile_path(path)
-        torch._dynamo.reset()
-        fn = torch.compile(_op_call, fullgraph=True, dynamic=False)
-    call = build()
-    error, out = _run(call, fn)
-    assert error is None, error
-    _assert_matches_reference(call, build(), out)
+    _run_and_match_the_reference(build, path)
 
 
 @pytest.mark.parametrize("path", [None, *inductor_lamb._inductor.PATHS])
@@ -382,14 +389,5 @@ def test_lamb16_saturates_a_negative_v_like_a_positive_one(reset_path, cap, stoc
                   "stochastic_rounding": stochastic_rounding}
         return Call("lamb16_apply_", args, kwargs, [f"cap={cap} path={path}"])
 
-    fn = None
-    if path is not None:
-        inductor_lamb.set_compile_path(path)
-        torch._dynamo.reset()
-        fn = torch.compile(_op_call, fullgraph=True, dynamic=False)
-    call = build()
-    error, out = _run(call, fn)
-    assert error is None, error
-    v8 = call.args[3]
+    v8 = _run_and_match_the_reference(build, path).args[3]
     assert all(torch.isfinite(v.float()).all() for v in v8) and (v8[1].float() == -57344.0).any()
-    _assert_matches_reference(call, build(), out)
