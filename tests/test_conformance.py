@@ -818,7 +818,7 @@ def test_loads_apex_fused_lamb_layout_and_warns_what_does_not_carry_over():
     assert "max_grad_norm clips by the grad norm of each param group" in str(record[0].message)
     assert "decoupled_decay" not in str(record[0].message)  # (timm's decoupled decay, corrected: taken as is)
     group = adopter.param_groups[0]
-    assert group["decoupled_decay"] is True and group["max_lr"] == 0.02 and "max_lr_snapshot" not in group
+    assert group["decoupled_decay"] is True and group["max_lr_snapshot"] == 0.02 and "max_lr" not in group
 
 
 # ---- torch.amp and training frameworks ----------------------------------------------------------

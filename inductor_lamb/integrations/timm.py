@@ -69,13 +69,15 @@ class TimmLamb(Lamb):
                  grad_averaging: bool = True, max_grad_norm: float | None = 1.0, trust_clip: bool = False,
                  always_adapt: bool = False, caution: bool = False, decoupled_decay: bool = False,
                  corrected_weight_decay: bool = False, foreach: bool | None = None, max_lr: float = 0.0,
+                 max_lr_snapshot: float | None = None,
                  **options: Unpack[FusedOptions]) -> None:
         _refuse("inductorlamb", caution=(caution, False))
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          bias_correction=bias_correction, grad_averaging=grad_averaging, always_adapt=always_adapt,
                          trust_clip=trust_clip, max_grad_norm=0.0 if max_grad_norm is None else max_grad_norm,
                          decoupled_decay=decoupled_decay,
-                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, max_lr=max_lr, **options)
+                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, max_lr=max_lr,
+                         max_lr_snapshot=max_lr_snapshot, **options)
 
 
 class TimmLars(Lars):
@@ -124,10 +126,12 @@ class TimmNovoGrad(NovoGrad):
     def __init__(self, params: Iterable[Any], lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.95, 0.98),
                  eps: float = 1e-8, weight_decay: float = 0.0, grad_averaging: bool = False, amsgrad: bool = False,
                  decoupled_decay: bool = False, corrected_weight_decay: bool = False, foreach: bool | None = None,
-                 max_lr: float = 0.0, **options: Unpack[FusedOptions]) -> None:
+                 max_lr: float = 0.0, max_lr_snapshot: float | None = None,
+                 **options: Unpack[FusedOptions]) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_averaging=grad_averaging,
                          amsgrad=amsgrad, decoupled_decay=decoupled_decay,
-                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, max_lr=max_lr, **options)
+                         corrected_weight_decay=corrected_weight_decay and decoupled_decay, max_lr=max_lr,
+                         max_lr_snapshot=max_lr_snapshot, **options)
 
 
 # name -> (class, description, timm's argument flags, registry defaults)

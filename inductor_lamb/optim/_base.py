@@ -169,21 +169,21 @@ class FusedOptimizer(CheckpointState):
     def param_groups(self) -> list[dict[str, Any]]:
         groups = self._groups
         if not torch.compiler.is_compiling():  # (traced code reads what the guards saw)
-            for group, values in zip(groups, self._group_values):
-                values.sync(group)
+            for i, (group, values) in enumerate(zip(groups, self._group_values)):
+                values.sync(group, self._where(i), strict=False)
         return groups
 
     @param_groups.setter
     def param_groups(self, groups: list[dict[str, Any]]) -> None:
         self._groups = groups
-        self._group_values = [self._scheduled_values(g) for g in groups]
+        self._group_values = [self._scheduled_values(g, i) for i, g in enumerate(groups)]
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         group = self._groups[-1]
         if self._stepped_in_graph is None:  # (on the params' device: see _opt_called)
             self._stepped_in_graph = static_address(torch.zeros((), dtype=torch.bool, device=group_device(group)))
-        self._group_values.append(self._scheduled_values(group))
+        self._group_values.append(self._scheduled_values(group, len(self._groups) - 1))
         _deepspeed.check_model_params(self, group["params"])
         self._model.add(group["params"], group.get("param_names"))
         self._host_params = self._host_params and all(map(_host_param, group["params"]))
@@ -200,8 +200,13 @@ class FusedOptimizer(CheckpointState):
             if p.requires_grad:
                 self._init_state(p, group, master=False)
 
-    def _scheduled_values(self, group: dict[str, Any]) -> ScheduledValues:
-        return ScheduledValues(group, self._layout.scheduled, group_device(group), self.defaults, group_dtype(group))
+    def _scheduled_values(self, group: dict[str, Any], index: int) -> ScheduledValues:
+        return ScheduledValues(group, self._layout.scheduled, group_device(group), self.defaults, group_dtype(group),
+                               self._layout.options, self._where(index))
+
+    def _where(self, index: int) -> str:
+        """How an error names param group ``index``."""
+        return f"{type(self).__name__}: param_groups[{index}]"
 
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         state = self.state[p]
@@ -328,8 +333,11 @@ class FusedOptimizer(CheckpointState):
                 loss = closure()
         way = self._route()
         self._record_step(way)
+        self._check_groups()
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self.param_groups)]
+        # (each group as the ops read it: its scheduled values as tensors, ScheduledValues)
+        groups = [(group, *self._buckets_of(group, i, way))
+                  for i, group in enumerate(map(ScheduledValues.for_ops, self._group_values, self.param_groups))]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:
@@ -366,6 +374,16 @@ class FusedOptimizer(CheckpointState):
                 if plan is not None:
                     plan.release()
         return loss
+
+    def _check_groups(self) -> None:
+        """What was written into the param groups, checked (and taken: ScheduledValues) before
+        anything steps: a bad value raises here, naming the group and key, on every route."""
+        compiling = torch.compiler.is_compiling()
+        for i, (group, values) in enumerate(zip(self._groups, self._group_values)):
+            if compiling:
+                values.check(group, self._where(i))
+            else:
+                values.sync(group, self._where(i))
 
     def _buckets_of(self, group: dict[str, Any], index: int, way: Route) -> tuple[Buckets, GroupPlan | None]:
         """Param group ``index``'s buckets on route ``way``, and their op calls when the group is

@@ -13,8 +13,8 @@ from torch import Tensor
 
 from ..spec import OpSpec, Role
 from . import _sharding
-from ._layout import BUCKET_LISTS, Bucket, Buckets, OpFamily, Stepped
-from ._scheduled import as_floats, follows
+from ._layout import BUCKET_LISTS, GROUP_KEYS, OPTION_ROLES, Bucket, Buckets, OpFamily, Stepped
+from ._scheduled import follows
 
 __all__ = ["OpFamily", "Bucket", "BUCKET_LISTS", "BucketKind", "bucket_kind", "init_group", "group_buckets",
            "make_buckets", "hypers", "bucket_call", "step_bucket"]
@@ -149,27 +149,20 @@ def on_bucket(value: Tensor, bucket: Bucket) -> Tensor:
 
 
 def hypers(opt: Stepped, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
-    """The op's hyper-parameters for one bucket: the group's entries of the same names
-    (``betas``: ``beta1``, ``beta2``), scheduled ones on the bucket's device (an optimizer's
-    ``_hypers`` may add per-param options)."""
+    """The op's hyper-parameters for one bucket: the entries of ``group`` (a param group as the
+    ops read it: ``ScheduledValues.for_ops``) that the op takes, by name (``betas``: ``beta1``,
+    ``beta2``; ``GROUP_KEYS``: keys of other names), scheduled ones on the bucket's device (an
+    optimizer's ``_hypers`` may add per-param options)."""
     layout = opt._layout
-    for key, validate in layout.scheduled.items():
-        # A value written into the group that no eager read synced (a compiled step reads the
-        # group as its guards saw it): the eager check and message.
-        value = group.get(key)
-        if value is not None and not isinstance(value, Tensor) and not (
-                isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value)):
-            validate(as_floats(value))
     values = dict(group)
     if "betas" in group:
         values["beta1"], values["beta2"] = group["betas"]
     out = {}
     for a in layout.spec.args:
-        if a.name in values and a.role in (Role.TENSOR, Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS):
-            v = values[a.name]
-            # (a float written into the group that no eager read synced yet: the wrapper
-            # makes it a tensor; a compiled step then specializes on it)
-            out[a.name] = on_bucket(v, bucket) if a.role is Role.TENSOR and isinstance(v, Tensor) else v
+        key = GROUP_KEYS.get(a.name, a.name)
+        if key in values and (a.role is Role.TENSOR or a.role in OPTION_ROLES):
+            v = values[key]
+            out[a.name] = on_bucket(v, bucket) if isinstance(v, Tensor) and a.role is Role.TENSOR else v
     return out
 
 

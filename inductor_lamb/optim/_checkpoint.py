@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ._layout import StateLayout
-from ._scheduled import as_floats, static_address
+from ._scheduled import as_floats, renamed_group_keys, static_address
 
 __all__ = ["CheckpointState", "param_states"]
 
@@ -92,6 +92,7 @@ class CheckpointState(Optimizer):
             # state dict must read back as it was saved).
             options = {k: v for k, v in self.defaults.items() if k != "differentiable"}
             for group in groups:
+                renamed_group_keys(group)
                 for key, value in {**options, **self._options_before_they_existed}.items():
                     group.setdefault(key, value)
             self.param_groups = groups

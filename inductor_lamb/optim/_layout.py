@@ -19,10 +19,16 @@ from .. import ops, reference
 from ..spec import OpSpec, Role
 from ._model_tensors import ModelTensors
 
-__all__ = ["OpFamily", "StateLayout", "Bucket", "Buckets", "Stepped", "BUCKET_LISTS"]
+__all__ = ["OpFamily", "StateLayout", "Bucket", "Buckets", "Stepped", "BUCKET_LISTS", "GROUP_KEYS", "OPTION_ROLES"]
+
+# Param-group keys that differ from the op argument they give: OneCycleLR writes its own
+# ``max_lr`` into every group, so the peak lr of the corrected decay is timm's ``max_lr_snapshot``.
+GROUP_KEYS = {"max_lr": "max_lr_snapshot"}
 
 # The op's per-param lists a bucket holds (master copies beside them, when kept)
 BUCKET_LISTS = (Role.PARAMS, Role.GRADS, Role.STATE, Role.SCALARS)
+# The roles of the op's options that a param group holds as Python values
+OPTION_ROLES = (Role.FLOAT, Role.BOOL, Role.INT, Role.FLOATS, Role.BOOLS)
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,7 @@ class StateLayout:
     has_step: bool
     flat_lists: tuple[str, ...]                    # what ``_init_group`` fills, in order
     scheduled: Mapping[str, Callable[[Any], None]]  # group keys schedulers change -> validator
+    options: Mapping[str, Role]                     # the group keys of the op's other arguments -> role
 
     @classmethod
     def of(cls, family: OpFamily, state_keys: tuple[str, ...], scalar_state_keys: tuple[str, ...],
@@ -125,7 +132,8 @@ class StateLayout:
             dtypes={k: a.dtype or torch.float32 for k, a in zip(state_keys, states)},
             has_step="steps" in op.names,
             flat_lists=(*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params"),
-            scheduled={k: validators[k] for k in keys})
+            scheduled={k: validators[k] for k in keys},
+            options={GROUP_KEYS.get(a.name, a.name): a.role for a in op.args if a.role in OPTION_ROLES})
 
     @property
     def spec(self) -> OpSpec:

@@ -46,7 +46,11 @@ class Lamb(FusedOptimizer):
             the trust ratio (timm's ``decoupled_decay``).
         corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
             of ``lr`` (timm's).
-        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's).
+        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's),
+            kept in the param groups as ``max_lr_snapshot`` (timm's key: torch's ``OneCycleLR``
+            writes its own ``max_lr`` into every group).
+        max_lr_snapshot: ``max_lr`` by its group key (what ``type(opt)(params, **opt.defaults)``
+            passes).
         master_weights: keep a float32 master copy of bfloat16/float16 params
             in the state (``state["master_param"]``) and update that.
         {param_rounding_args}
@@ -75,6 +79,7 @@ class Lamb(FusedOptimizer):
         decoupled_decay: bool = False,
         corrected_weight_decay: bool = False,
         max_lr: float = 0.0,
+        max_lr_snapshot: float | None = None,
         **options: Unpack[FusedOptions],
     ) -> None:
         check_betas(betas)
@@ -82,7 +87,8 @@ class Lamb(FusedOptimizer):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
             grad_averaging=grad_averaging, always_adapt=always_adapt, trust_clip=trust_clip,
-            max_grad_norm=max_grad_norm, **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr),
+            max_grad_norm=max_grad_norm, **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr,
+                                                                   max_lr_snapshot),
         )
         super().__init__(params, defaults, **options)
 
@@ -97,10 +103,10 @@ class Lamb(FusedOptimizer):
                          "timm and apex")
         if group.pop("caution", False):
             notes.append("caution=True (cautious masking) is not supported: the steps go on without it")
-        max_lr = group.pop("max_lr_snapshot", None)
+        max_lr = group.get("max_lr_snapshot")
         group["decoupled_decay"] = bool(group.get("decoupled_decay", False))
         group["corrected_weight_decay"] = bool(group.get("corrected_weight_decay")) and group["decoupled_decay"]
-        group["max_lr"] = float(max_lr) if group["corrected_weight_decay"] and max_lr else 0.0
+        group["max_lr_snapshot"] = float(max_lr) if group["corrected_weight_decay"] and max_lr else 0.0
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         return notes

@@ -49,7 +49,11 @@ class NovoGrad(FusedOptimizer):
             (AdamW style; apex's ``reg_inside_moment=False``).
         corrected_weight_decay: with ``decoupled_decay``, decay by ``lr^2 / max_lr`` instead
             of ``lr`` (timm's).
-        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's).
+        max_lr: the peak lr of ``corrected_weight_decay`` (0: the constructor's lr, as timm's),
+            kept in the param groups as ``max_lr_snapshot`` (timm's key: torch's ``OneCycleLR``
+            writes its own ``max_lr`` into every group).
+        max_lr_snapshot: ``max_lr`` by its group key (what ``type(opt)(params, **opt.defaults)``
+            passes).
         norm_type: apex ``FusedNovoGrad``'s option, accepted at its L2 value (2) only.
         bias_correction: apex's option, accepted as ``False`` only.
         init_zero: apex's option, accepted as ``False`` only.
@@ -81,6 +85,7 @@ class NovoGrad(FusedOptimizer):
         decoupled_decay: bool = False,
         corrected_weight_decay: bool = False,
         max_lr: float = 0.0,
+        max_lr_snapshot: float | None = None,
         norm_type: float = 2.0,
         bias_correction: bool = False,
         init_zero: bool = False,
@@ -96,6 +101,7 @@ class NovoGrad(FusedOptimizer):
         check_nonnegative(eps=eps, weight_decay=weight_decay)
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_averaging=bool(grad_averaging),
-            amsgrad=bool(amsgrad), **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr),
+            amsgrad=bool(amsgrad), **decoupled_decay_options(lr, decoupled_decay, corrected_weight_decay, max_lr,
+                                                                   max_lr_snapshot),
         )
         super().__init__(params, defaults, **options)

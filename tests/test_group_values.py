@@ -1,0 +1,177 @@
+"""What users' code writes into the param groups: no key of ours collides with one that LR
+schedulers write, and a value of another type never reaches an op as the wrong type (it is
+converted where torch.optim takes it, else refused naming the optimizer, group and key,
+before any tensor changes), eagerly and under ``torch.compile(opt.step)``."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch.optim import lr_scheduler
+
+import inductor_lamb
+from inductor_lamb.optim._scheduled import renamed_group_keys
+
+OPTIMIZERS = {"Lamb": inductor_lamb.Lamb, "Lamb16": inductor_lamb.Lamb16, "Lars": inductor_lamb.Lars,
+              "NovoGrad": inductor_lamb.NovoGrad, "Adagrad": inductor_lamb.Adagrad}
+
+
+def _scheduler_keys() -> set[str]:
+    """The keys torch's LR schedulers write into param groups, learned by running each on a
+    torch optimizer and diffing its groups' keys."""
+    def made(build):
+        p = torch.nn.Parameter(torch.randn(3))
+        opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+        before = set(opt.param_groups[0])
+        sched = build(opt)
+        for _ in range(3):
+            opt.step()
+            sched.step(1.0) if isinstance(sched, lr_scheduler.ReduceLROnPlateau) else sched.step()
+        return set(opt.param_groups[0]) - before
+
+    builds = [
+        lambda o: lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=10),
+        lambda o: lr_scheduler.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2),
+        lambda o: lr_scheduler.CosineAnnealingLR(o, T_max=5),
+        lambda o: lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=2),
+        lambda o: lr_scheduler.StepLR(o, step_size=2),
+        lambda o: lr_scheduler.ExponentialLR(o, gamma=0.9),
+        lambda o: lr_scheduler.LinearLR(o),
+        lambda o: lr_scheduler.PolynomialLR(o, total_iters=5),
+        lambda o: lr_scheduler.ReduceLROnPlateau(o),
+    ]
+    return set().union(*(made(b) for b in builds))
+
+
+def _ours(cls) -> set[str]:
+    p = torch.nn.Parameter(torch.randn(3))
+    return set(cls([p], lr=0.01).param_groups[0]) - {"params", "lr", "betas", "momentum", "weight_decay"}
+
+
+def test_scheduler_keys_are_learned():
+    keys = _scheduler_keys()
+    assert {"initial_lr", "max_lr", "min_lr"} <= keys  # (OneCycleLR's: the test sees what it must)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_no_group_key_collides_with_a_schedulers(name):
+    """A key of ours that a scheduler also writes would be overwritten with the scheduler's
+    value (keys both read as the same hyper-parameter, lr/betas/momentum, excepted)."""
+    assert not _ours(OPTIMIZERS[name]) & _scheduler_keys()
+
+
+@pytest.mark.parametrize("name", ["Lamb", "NovoGrad"])
+@pytest.mark.parametrize("tensor_lr", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_onecycle_with_the_groups_lr_as_max_lr(name, tensor_lr, compiled):
+    """Lightning's idiom, ``OneCycleLR(opt, max_lr=opt.param_groups[0]["lr"])`` (a 0-d tensor
+    here), steps as a run with the same lrs written by hand, and the corrected decay keeps its
+    own peak."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    data = [torch.randn(5, 4) for _ in range(2)]
+
+    def run(with_scheduler):
+        params = [torch.nn.Parameter(d.clone()) for d in data]
+        lr = torch.tensor(0.02) if tensor_lr else 0.02
+        opt = OPTIMIZERS[name](params, lr=lr, weight_decay=0.1, decoupled_decay=True, corrected_weight_decay=True)
+        step = torch.compile(opt.step) if compiled else opt.step
+        sched = lr_scheduler.OneCycleLR(opt, max_lr=opt.param_groups[0]["lr"], total_steps=8,
+                                         cycle_momentum=False) \
+            if with_scheduler else None
+        lrs = []
+        for k in range(6):
+            for i, p in enumerate(params):
+                p.grad = torch.sin(p.detach() * (k + 1) + i)
+            if sched is None:
+                opt.param_groups[0]["lr"] = scheduled[k]
+            lrs.append(float(opt.param_groups[0]["lr"]))
+            step()
+            if sched is not None:
+                sched.step()
+        assert opt.param_groups[0]["max_lr_snapshot"] == pytest.approx(0.02)
+        return params, lrs
+
+    scheduled: list[float] = []
+    ours, lrs = run(True)
+    scheduled.extend(lrs)
+    by_hand, _ = run(False)
+    for a, b in zip(ours, by_hand):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["Lamb", "NovoGrad"])
+def test_a_checkpoint_with_the_old_key_loads_and_steps_the_same(name):
+    """A group saved with the corrected decay's peak as ``max_lr`` (before it was timm's
+    ``max_lr_snapshot``) loads with it under the new key, and the runs go on the same."""
+    torch.manual_seed(1)
+    params = [torch.nn.Parameter(torch.randn(6, 3))]
+    opt = OPTIMIZERS[name](params, lr=0.01, weight_decay=0.2, decoupled_decay=True, corrected_weight_decay=True,
+                           max_lr=0.05)
+    params[0].grad = torch.randn(6, 3)
+    opt.step()
+    sd = copy.deepcopy(opt.state_dict())
+    old = copy.deepcopy(sd)
+    old["param_groups"][0]["max_lr"] = old["param_groups"][0].pop("max_lr_snapshot")
+    runs = []
+    for saved in (sd, old):
+        ps = [torch.nn.Parameter(params[0].detach().clone())]
+        o = OPTIMIZERS[name](ps, lr=0.01)
+        o.load_state_dict(saved)
+        assert o.param_groups[0]["max_lr_snapshot"] == 0.05 and "max_lr" not in o.param_groups[0]
+        ps[0].grad = torch.cos(ps[0].detach())
+        o.step()
+        runs.append(ps[0].detach())
+    assert torch.equal(runs[0], runs[1])
+    # one OneCycleLR wrote beside it (with its min_lr) keeps its max_lr for the schedule
+    group = {"max_lr": 0.3, "min_lr": 1e-4, "corrected_weight_decay": False}
+    renamed_group_keys(group)
+    assert group == {"max_lr": 0.3, "min_lr": 1e-4, "corrected_weight_decay": False, "max_lr_snapshot": 0.0}
+
+
+# value written into a group key -> the value the op takes (None: refused with a TypeError)
+CONVERTED = [(np.float32(0.25), 0.25), (np.float64(0.1), 0.1), (1, 1.0), (torch.tensor(0.5), 0.5),
+             (torch.tensor([0.125]), 0.125)]
+REFUSED = ["0.1", None, [0.1], torch.ones(2), torch.tensor(0.1, requires_grad=True), 1j]
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("compiled", [False, True])
+def test_group_values_of_other_types(name, compiled):
+    torch._dynamo.reset()
+    params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+    opt = OPTIMIZERS[name](params, lr=0.01)
+    twin_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    twin = OPTIMIZERS[name](twin_params, lr=0.01)
+    step = torch.compile(opt.step) if compiled else opt.step
+    key = "weight_decay"
+    for value, expected in CONVERTED:
+        for ps in (params, twin_params):
+            for p in ps:
+                p.grad = torch.sin(p.detach() * 3)
+        opt.param_groups[0][key] = value
+        twin.param_groups[0][key] = expected
+        step()
+        twin.step()
+        assert type(opt.param_groups[0][key]) is float and opt.param_groups[0][key] == expected
+        for a, b in zip(params, twin_params):
+            assert torch.equal(a, b)
+    for bad in REFUSED:
+        if isinstance(bad, list) and name == "Lars":
+            continue  # (Lars's weight_decay is a per-param option: a list of floats is one)
+        opt.param_groups[0][key] = bad
+        before = [p.detach().clone() for p in params]
+        with pytest.raises(TypeError, match=rf"{name}: param_groups\[0\]\['{key}'\] must be a float"):
+            step()
+        for a, b in zip(params, before):
+            assert torch.equal(a, b)
+    for bad in ("0.1", None, torch.ones(3), True):
+        opt.param_groups[0][key] = 0.0
+        opt.param_groups[0]["lr"] = bad
+        with pytest.raises((TypeError, ValueError), match=rf"{name}: param_groups\[0\]\['lr'\]"):
+            step()
+    opt.param_groups[0]["lr"] = 0.01  # (corrected: steps again)
+    step()
