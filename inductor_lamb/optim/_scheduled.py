@@ -198,7 +198,7 @@ class ScheduledValues:
         known = self.values.get(key)
         pair = isinstance(known, tuple) if key in self.values else isinstance(value, (tuple, list))
         if pair != isinstance(value, (tuple, list)) or (pair and known is not None and len(value) != len(known)):
-            raise TypeError(f"{at} must be " + (f"a tuple of {len(known)} numbers" if pair
+            raise TypeError(f"{at} must be " + (f"a tuple of {len(known or value)} numbers" if pair
                                                   else "a number or a 1-element tensor") + f", got {_describe(value)}")
         for v in value if pair else (value,):
             scheduled_number(v, at)
