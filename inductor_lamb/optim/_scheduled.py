@@ -125,7 +125,7 @@ class ScheduledValues:
     torch.optim: it stays in the group (``group["lr"] is lr``), and changing it in place changes
     the lr of the next step, eager or compiled.
 
-    Every other op argument in the group (``eps``, ``weight_decay``, ``amsgrad``, ...) is checked
+    Every other op argument in the group (``eps``, ``weight_decay``, the bool options, ...) is checked
     by :meth:`sync` too and, where it is another type that torch.optim takes for it (an int, a
     numpy scalar, a one-element tensor), written back as the schema's Python type, so no op ever
     gets a value of the wrong type; anything else raises a ``TypeError`` that names the
