@@ -335,9 +335,7 @@ class FusedOptimizer(CheckpointState):
         self._record_step(way)
         self._check_groups()
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        # (each group as the ops read it: its scheduled values as tensors, ScheduledValues)
-        groups = [(group, *self._buckets_of(group, i, way))
-                  for i, group in enumerate(map(ScheduledValues.for_ops, self._group_values, self.param_groups))]
+        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self.param_groups)]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:

@@ -149,8 +149,7 @@ def on_bucket(value: Tensor, bucket: Bucket) -> Tensor:
 
 
 def hypers(opt: Stepped, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
-    """The op's hyper-parameters for one bucket: the entries of ``group`` (a param group as the
-    ops read it: ``ScheduledValues.for_ops``) that the op takes, by name (``betas``: ``beta1``,
+    """The op's hyper-parameters for one bucket: the entries of ``group`` that the op takes, by name (``betas``: ``beta1``,
     ``beta2``; ``GROUP_KEYS``: keys of other names), scheduled ones on the bucket's device (an
     optimizer's ``_hypers`` may add per-param options)."""
     layout = opt._layout

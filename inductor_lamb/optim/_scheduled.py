@@ -232,12 +232,6 @@ class ScheduledValues:
         self.owned.append(own)
         return own
 
-    def for_ops(self, group: dict[str, Any]) -> dict[str, Any]:
-        """The group as the ops read it: its entries with the scheduled ones as their tensors
-        (a value that the last lenient sync refused is never stepped with: the step's check
-        raises first)."""
-        return group
-
 
 _ABSENT = object()
 # The Python types an op argument of each role takes as it is (anything else is converted or refused)
