@@ -458,7 +458,8 @@ def test_compiled_step_with_hooks_or_a_closure():
 def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     """A compiled function that calls ``opt.step()`` (its graph could also compute the grads
     or read the params, so the op calls are traced with their tensors) takes its buckets from
-    ``_init_group``, which dynamo runs eagerly (``make_buckets``, which it calls, is never traced),
+    ``_init_group`` (of its ``OpView``: the groups as the ops take them), which dynamo runs eagerly
+    (``make_buckets``, which it calls, is never traced),
     and the guards dynamo installs for it recompile when the layout changes (a param losing
     its grad). Results match the eager step throughout."""
     cls, kw = STEP_OPTIMIZERS[opt_name]
@@ -468,7 +469,7 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
     calls = {"traced": 0, "in_init_group": False}
     from inductor_lamb.optim import _buckets
 
-    real_buckets, real_init_group = _buckets.make_buckets, opts[1]._init_group
+    real_buckets, real_init_group = _buckets.make_buckets, opts[1]._op_view._init_group
 
     def counted(opt, *args, **kwargs):
         if opt is opts[1] and not calls["in_init_group"]:  # (what _init_group calls runs eagerly)
@@ -483,7 +484,7 @@ def test_compiled_step_buckets_outside_the_trace(opt_name, monkeypatch):
             calls["in_init_group"] = False
 
     monkeypatch.setattr(_buckets, "make_buckets", counted)
-    monkeypatch.setattr(opts[1], "_init_group", init_group)
+    monkeypatch.setattr(opts[1]._op_view, "_init_group", init_group)
     backend = CountingBackend()
     cstep = torch.compile(lambda: opts[1].step(), fullgraph=True, backend=backend)
     for k, (x, y) in enumerate(step_batches(4)):
@@ -736,7 +737,7 @@ def test_compiled_steps_write_only_static_inputs(opt_name, recipe, monkeypatch):
     for state in opt.state.values():
         for t in state.values():
             assert getattr(t, "_dynamo_static_input_type", None) is not None
-    for group in opt.param_groups:
+    for group in opt._sync_views():  # (the groups as the ops take them: their scheduled tensors)
         for key in opt._layout.scheduled:
             for t in group[key] if isinstance(group[key], tuple) else (group[key],):
                 assert getattr(t, "_dynamo_static_input_type", None) is not None, key

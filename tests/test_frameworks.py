@@ -152,3 +152,105 @@ def test_hf_trainer_max_grad_norm(name, tmp_path):
                              logging_strategy="no", bf16=True)
     Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None)).train()
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def _schedule_on_sgd(lr, build, steps):
+    """The lrs scheduler ``build(opt)`` gives torch's SGD over ``steps`` steps, as its groups hold them."""
+    sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    sched = build(sgd)
+    out = []
+    for _ in range(steps):
+        out.append(sgd.param_groups[0]["lr"])
+        sgd.step()
+        sched.step()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["plain", "frozen_group", "clipping"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_lightning_onecycle_with_the_groups_lr(name, mode, tmp_path):
+    """Lightning's recipe ``OneCycleLR(opt, max_lr=opt.param_groups[0]["lr"])`` stepped every batch
+    by the Trainer (with a frozen param group, or the Trainer's gradient clipping): the lrs the
+    steps see are those the scheduler gives torch's SGD, as the same floats, and read back as
+    floats (what Lightning logs)."""
+    pl = _lightning()
+    steps = 6
+    seen = []
+
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+            self.frozen = nn.Linear(8, 1)
+            self.frozen.requires_grad_(False)
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x) + 0 * self.frozen(x), y)
+
+        def configure_optimizers(self):
+            groups = [{"params": self.net.parameters()}]
+            if mode == "frozen_group":
+                groups.append({"params": self.frozen.parameters(), "lr": 0.001})
+            opt = getattr(inductor_lamb, name)(groups, **OPTIMIZERS[name])
+            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=opt.param_groups[0]["lr"], total_steps=steps,
+                                                        cycle_momentum=False)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    class Record(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    module = Regression()
+    before = [p.detach().clone() for p in module.net.parameters()]
+    trainer = pl.Trainer(max_steps=steps, gradient_clip_val=0.5 if mode == "clipping" else None, accelerator="cpu",
+                         devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path, callbacks=[Record()])
+    trainer.fit(module, _data())
+    assert trainer.global_step == steps
+    expected = _schedule_on_sgd(OPTIMIZERS[name]["lr"], lambda o: torch.optim.lr_scheduler.OneCycleLR(
+        o, max_lr=o.param_groups[0]["lr"], total_steps=steps, cycle_momentum=False), steps)
+    assert seen == expected and all(type(lr) is float for lr in seen)
+    assert all(not torch.equal(a, b) and torch.isfinite(b).all() for a, b in zip(before, module.net.parameters()))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_hf_trainer_default_scheduler(name, tmp_path):
+    """transformers' Trainer with our optimizer and its own default scheduler (linear decay, with
+    warmup): every step's lr is the schedule's, as the same floats on torch's SGD, and the
+    Trainer logs it as a number."""
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
+        pytest.skip("needs transformers and accelerate")
+    from transformers import Trainer, TrainerCallback, TrainingArguments, get_scheduler
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(8, 1)
+
+        def forward(self, x, labels):
+            return {"loss": nn.functional.mse_loss(self.net(x), labels)}
+
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+            seen.append(optimizer.param_groups[0]["lr"])
+
+    steps = 6
+    gen = torch.Generator().manual_seed(1)
+    rows = [{"x": torch.randn(8, generator=gen), "labels": torch.randn(1, generator=gen)} for _ in range(48)]
+    model = Model()
+    opt = getattr(inductor_lamb, name)(model.parameters(), **OPTIMIZERS[name])
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=8,
+                             warmup_steps=2, report_to=[], use_cpu=True, save_strategy="no",
+                             logging_strategy="steps", logging_steps=1)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None), callbacks=[Record()])
+    trainer.train()
+    expected = _schedule_on_sgd(OPTIMIZERS[name]["lr"], lambda o: get_scheduler(
+        "linear", o, num_warmup_steps=2, num_training_steps=steps), steps)
+    assert seen == expected and all(type(lr) is float for lr in seen)
+    logged = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
+    assert len(logged) == steps and all(isinstance(lr, float) for lr in logged)

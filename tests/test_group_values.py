@@ -6,10 +6,13 @@ before any tensor changes), eagerly and under ``torch.compile(opt.step)``."""
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.optim import lr_scheduler
 
 import inductor_lamb
@@ -156,7 +159,7 @@ def test_group_values_of_other_types(name, compiled):
         twin.param_groups[0][key] = expected
         step()
         twin.step()
-        assert type(opt.param_groups[0][key]) is float and opt.param_groups[0][key] == expected
+        assert opt.param_groups[0][key] is value  # (read back as written, as in torch.optim)
         for a, b in zip(params, twin_params):
             assert torch.equal(a, b)
     for bad in REFUSED:
@@ -175,3 +178,85 @@ def test_group_values_of_other_types(name, compiled):
             step()
     opt.param_groups[0]["lr"] = 0.01  # (corrected: steps again)
     step()
+
+
+# ---- property: whatever a group holds ---------------------------------------------------------
+
+_NUMBERS = st.one_of(
+    st.floats(width=64), st.integers(-(2**70), 2**70), st.booleans(), st.complex_numbers(allow_nan=True),
+    st.sampled_from([np.float32(0.5), np.float64(-1.0), np.int64(3), np.bool_(True), np.float16(0.1), np.int8(-2)]))
+_TENSORS = st.builds(
+    lambda shape, dtype, fill, grad: torch.full(shape, fill if dtype.is_floating_point or math.isfinite(fill) else 1.0,
+                                                dtype=dtype).requires_grad_(grad and dtype.is_floating_point),
+    st.sampled_from([(), (1,), (2,), (1, 1)]),
+    st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]),
+    st.sampled_from([0.0, 0.5, 1.0, -1.0, 2.0, math.inf, math.nan]), st.booleans())
+# anything a user, a scheduler or a framework may write into a param group
+VALUES = st.one_of(_NUMBERS, _TENSORS, st.none(), st.text(max_size=3), st.lists(_NUMBERS, max_size=3),
+                   st.tuples(_NUMBERS, _NUMBERS), st.tuples(_NUMBERS), st.tuples(_TENSORS, _TENSORS))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view(torch.uint8)
+
+
+def _outcome(opt, params, step):
+    """(error text or None, the params' and state's bits after the step)."""
+    try:
+        step()
+        error = None
+    except Exception as e:  # noqa: BLE001  (what is raised is the property's subject)
+        error = e
+    bits = [t.detach().clone() for p in params for t in (p, *opt.state[p].values())]
+    return error, bits
+
+
+def _chain(e: BaseException) -> str:
+    """An exception's text with every exception it was raised from or during (Dynamo wraps)."""
+    parts = []
+    while e is not None and len(parts) < 5:
+        parts.append(f"{type(e).__name__}: {e}")
+        e = e.__cause__ or e.__context__
+    return "\n".join(parts)
+
+
+@settings(max_examples=max(10, settings().max_examples // 20))  # (a compile per example)
+@given(st.sampled_from(list(OPTIMIZERS)), st.data(), VALUES)
+def test_whatever_a_group_holds_steps_or_is_refused_by_name(name, data, value):
+    """A value of any type written into any key of a param group: the step either runs, the same
+    eagerly and traced into a graph (``torch.compile(opt.step, fullgraph=True)``), or raises a
+    TypeError or ValueError naming the optimizer, the group and the key, with every param and
+    state tensor untouched, also compiled (where Dynamo may wrap it). Never an internal error of
+    torch's, and the group reads back what was written."""
+    torch._dynamo.reset()
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+        opt = OPTIMIZERS[name](params, lr=0.01)
+        key = data.draw(st.sampled_from(sorted(k for k in opt.param_groups[0] if k not in ("params",))), "key") \
+            if not runs else runs[0][0]
+        for p in params:
+            p.grad = torch.sin(p.detach() * 3)
+        step = torch.compile(opt.step, backend="eager", fullgraph=True) if compiled else opt.step
+        before = [t.detach().clone() for p in params for t in (p, *opt.state[p].values())]
+        opt.param_groups[0][key] = value
+        error, after = _outcome(opt, params, step)
+        assert opt.param_groups[0][key] is value
+        runs.append((key, error, before, after))
+    (key, eager_error, before, eager_after), (_, compiled_error, _, compiled_after) = runs
+    if eager_error is None:
+        assert compiled_error is None, _chain(compiled_error)
+        for a, b in zip(eager_after, compiled_after):
+            assert a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))  # (NaN included)
+        return
+    text = str(eager_error)
+    assert isinstance(eager_error, (TypeError, ValueError)), _chain(eager_error)
+    assert text.startswith(f"{name}: param_groups[0][{key!r}]"), text
+    assert compiled_error is not None and text in _chain(compiled_error).replace('\\"', '"'), _chain(compiled_error)
+    for after in (eager_after, compiled_after):
+        for a, b in zip(before, after):
+            assert torch.equal(_bits(a), _bits(b))
+    for e in (eager_error, compiled_error):
+        assert "INTERNAL ASSERT" not in _chain(e) and "report a bug" not in _chain(e).lower().replace(
+            "please do this especially if you're reporting a bug to pytorch", "")

@@ -50,7 +50,6 @@ def test_param_groups_and_scheduler_match_reference():
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     ref_groups = [list(ref_model[0].parameters()) + list(ref_model[1].parameters()), list(ref_model[3].parameters())]
     ref = RefLamb([(ref_groups[0], dict(hp0)), (ref_groups[1], dict(hp1))])
-    lr_tensors = [g["lr"] for g in opt.param_groups]
     for k, (x, y) in enumerate(batches(6)):
         for m, o in ((model, opt), (ref_model, None)):
             m.zero_grad()
@@ -60,12 +59,9 @@ def test_param_groups_and_scheduler_match_reference():
         sched.step()
         for (_, hp), g in zip(ref.groups, opt.param_groups):
             hp["lr"] = hp["lr"] * 0.7
-            assert float(g["lr"]) == pytest.approx(hp["lr"], rel=1e-6)
+            assert g["lr"] == pytest.approx(hp["lr"], rel=1e-12) and type(g["lr"]) is float  # (the scheduler's)
     for p, q in zip(model.parameters(), ref_model.parameters()):
         torch.testing.assert_close(p.double(), q, rtol=1e-5, atol=1e-6)
-    # the scheduler updated the same 0-d tensors in place (no new graph inputs)
-    assert all(a is g["lr"] for a, g in zip(lr_tensors, opt.param_groups))
-    assert all(g["lr"].dim() == 0 and g["lr"].dtype == torch.float32 for g in opt.param_groups)
 
 
 def test_state_layout():
@@ -132,7 +128,7 @@ def test_checkpoint_resume_equals_uninterrupted(dtype, master):
     sched3.load_state_dict(ckpt["sched"])
     for st in opt3.state.values():  # state stays float32 whatever the param dtype
         assert all(v.dtype == torch.float32 for v in st.values())
-    assert all(isinstance(g["lr"], torch.Tensor) for g in opt3.param_groups)
+    assert [g["lr"] for g in opt3.param_groups] == [g["lr"] for g in opt2.param_groups]  # (as saved)
     train(model3, opt3, data[3:], sched3)
     for a, b in zip(model3.parameters(), expected):
         assert torch.equal(a, b)

@@ -108,10 +108,11 @@ def test_every_change_between_steps_gives_the_step_from_scratch(name, builds):
     changed(lambda o, ps: None, skip={1})  # a param without a grad this step
     changed(lambda o, ps: None)  # ... and back
     changed(lambda o, ps: o.param_groups[0].__setitem__("weight_decay", 0.05))
-    # a float, as schedulers write: synced into the group's own lr tensor (_scheduled), in place
+    # a float, as schedulers write: filled into the view's own lr tensor (_scheduled.OpGroup), in place
     changed(lambda o, ps: o.param_groups[1].__setitem__("lr", 0.007), rebuilds=False)
     changed(lambda o, ps: o.param_groups[1].__setitem__("lr", torch.tensor(0.004)))  # a tensor of the user's
-    changed(lambda o, ps: o.param_groups[0]["lr"].fill_(0.003), rebuilds=False)  # the same tensor, in place
+    changed(lambda o, ps: o.param_groups[1]["lr"].fill_(0.003), rebuilds=False)  # the same tensor, in place
+    changed(lambda o, ps: o.param_groups[1].__setitem__("lr", 0.002))  # a float again: the view's own tensor
     changed(lambda o, ps: o.state[ps[0]].__setitem__(next(iter(o.state[ps[0]])), copy.deepcopy(
         o.state[ps[0]][next(iter(o.state[ps[0]]))])))  # a state tensor replaced
     changed(lambda o, ps: o.load_state_dict(o.state_dict()))

@@ -8,6 +8,8 @@ dicts and checkpoint compatibility in ``_checkpoint``.
 from __future__ import annotations
 
 import functools
+import operator
+import weakref
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any, ClassVar, TypedDict
@@ -24,7 +26,7 @@ from ._model_tensors import ModelTensors
 from ._plan import GroupPlan
 from ._route import Route, conditions, route
 from ._scheduled import (
-    ScheduledValues,
+    OpGroup,
     as_lr_tensor,
     check_betas,
     check_lr,
@@ -34,11 +36,10 @@ from ._scheduled import (
     decoupled_decay_options,
     group_device,
     group_dtype,
-    group_with_floats,
     static_address,
 )
 
-__all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "ScheduledValues", "as_lr_tensor", "check_betas", "check_lr",
+__all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "OpGroup", "OpView", "as_lr_tensor", "check_betas", "check_lr",
            "check_momentum", "check_nonnegative", "check_seed", "decoupled_decay_options"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -150,40 +151,33 @@ class FusedOptimizer(CheckpointState):
         self._model = ModelTensors()  # every param given, in order (what engines map back to)
         self._host_params = True  # every param a plain CPU tensor (_route)
         self._plans: dict[int, GroupPlan | None] = {}  # per param group index (_plan)
+        self._op_groups: list[OpGroup] = []  # per param group, the group as the ops take it
+        self._op_view = OpView(self)  # those views, for a traced step (see OpView)
         super().__init__(params, defaults)
 
     def _rebuild(self) -> None:
         self._plans = {}
+        self._op_groups = []
+        self._op_view = OpView(self)
+        self._sync_views()
         if not isinstance(self.__dict__.get("_model"), ModelTensors):  # (pickled before 0.4)
             self._model = ModelTensors()
-            for g in self._groups:
+            for g in self.param_groups:
                 self._model.add(g["params"], g.get("param_names"))
         self._model.reindex()
-        self._host_params = all(_host_param(p) for g in self._groups for p in g["params"])
+        self._host_params = all(_host_param(p) for g in self.param_groups for p in g["params"])
 
     # ---- param groups and state -------------------------------------------------
 
-    # The param groups, synced with what schedulers wrote (ScheduledValues) on every read:
-    # dynamo's guards read this property too, so a compiled step always sees the tensors.
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        groups = self._groups
-        if not torch.compiler.is_compiling():  # (traced code reads what the guards saw)
-            for i, (group, values) in enumerate(zip(groups, self._group_values)):
-                values.sync(group, self._where(i), strict=False)
-        return groups
-
-    @param_groups.setter
-    def param_groups(self, groups: list[dict[str, Any]]) -> None:
-        self._groups = groups
-        self._group_values = [self._scheduled_values(g, i) for i, g in enumerate(groups)]
+    # ``param_groups`` is torch.optim's plain list of the groups as written (what users,
+    # schedulers and frameworks read and write); every step reads each group's OpGroup view.
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
-        group = self._groups[-1]
+        group = self.param_groups[-1]
         if self._stepped_in_graph is None:  # (on the params' device: see _opt_called)
             self._stepped_in_graph = static_address(torch.zeros((), dtype=torch.bool, device=group_device(group)))
-        self._group_values.append(self._scheduled_values(group, len(self._groups) - 1))
+        self._sync_views()  # (a bad value raises now, naming the group)
         _deepspeed.check_model_params(self, group["params"])
         self._model.add(group["params"], group.get("param_names"))
         self._host_params = self._host_params and all(map(_host_param, group["params"]))
@@ -200,9 +194,23 @@ class FusedOptimizer(CheckpointState):
             if p.requires_grad:
                 self._init_state(p, group, master=False)
 
-    def _scheduled_values(self, group: dict[str, Any], index: int) -> ScheduledValues:
-        return ScheduledValues(group, self._layout.scheduled, group_device(group), self.defaults, group_dtype(group),
-                               self._layout.options, self._where(index))
+    def _sync_views(self, strict: bool = True) -> list[dict[str, Any]]:
+        """Every param group's view (:class:`OpGroup`), synced with what was written into the
+        groups; a group that is not the one a view was made from (``param_groups`` replaced or
+        edited as a list) gets a new view. ``strict=False``: see :meth:`OpGroup.sync`."""
+        groups, ops = self.param_groups, self._op_groups
+        if len(ops) != len(groups) or not all(map(operator.is_, (o.group for o in ops), groups)):
+            self._op_groups = ops = [ops[i] if i < len(ops) and ops[i].group is g else self._op_group(g, i, strict)
+                               for i, g in enumerate(groups)]
+            self._op_view.views[:] = [o.view for o in ops]
+        for i, op in enumerate(ops):
+            op.sync(self._where(i), strict)
+        return self._op_view.views
+
+    def _op_group(self, group: dict[str, Any], index: int, strict: bool) -> OpGroup:
+        layout = self._layout
+        return OpGroup(group, self.defaults, layout.scheduled, layout.options, group_device(group), group_dtype(group),
+                       self._where(index), strict)
 
     def _where(self, index: int) -> str:
         """How an error names param group ``index``."""
@@ -243,19 +251,12 @@ class FusedOptimizer(CheckpointState):
             nbytes += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, Tensor))
         return nbytes / numel if numel else 0.0
 
-    def __repr__(self) -> str:
-        lines = [f"{type(self).__name__} ("]
-        for i, group in enumerate(self.param_groups):
-            shown = group_with_floats(group, self._layout.scheduled)
-            lines.append(f"Parameter Group {i}")
-            lines += [f"    {key}: {shown[key]}" for key in sorted(shown) if key != "params"]
-        return "\n".join(lines) + "\n)"
-
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Resets the gradients of all optimized tensors, like
         ``torch.optim.Optimizer.zero_grad``; unlike it (``@torch._disable_dynamo``)
-        dynamo can trace it, so a whole training step compiles as one graph."""
-        for group in self.param_groups:
+        dynamo can trace it, so a whole training step compiles as one graph (traced, it reads the
+        groups' views, whose params are the groups' own lists: see OpView)."""
+        for group in self._op_view.param_groups if torch.compiler.is_compiling() else self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -333,9 +334,8 @@ class FusedOptimizer(CheckpointState):
                 loss = closure()
         way = self._route()
         self._record_step(way)
-        self._check_groups()
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self.param_groups)]
+        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self._step_views(way))]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:
@@ -373,15 +373,19 @@ class FusedOptimizer(CheckpointState):
                     plan.release()
         return loss
 
-    def _check_groups(self) -> None:
-        """What was written into the param groups, checked (and taken: ScheduledValues) before
-        anything steps: a bad value raises here, naming the group and key, on every route."""
-        compiling = torch.compiler.is_compiling()
-        for i, (group, values) in enumerate(zip(self._groups, self._group_values)):
-            if compiling:
-                values.check(group, self._where(i))
-            else:
-                values.sync(group, self._where(i))
+    def _step_views(self, way: Route) -> list[dict[str, Any]]:
+        """The param groups as this step's ops take them, with what was written into the groups
+        taken (checked first: a bad value raises here, naming the group and key, on every
+        route). A traced step reads them through :class:`OpView`, whose guards synced them."""
+        if way.eager:
+            return self._sync_views()
+        views = self._op_view.param_groups
+        if way is Route.TRACED_WITH_BACKWARD or not _private.compiling_fullgraph():
+            # (raised in traced code: Dynamo breaks the graph and the eager step raises it; under
+            # fullgraph=True it wraps it. A traced step's OpView._init_group raises it first.)
+            for op in self._op_groups:
+                op.check()
+        return views
 
     def _buckets_of(self, group: dict[str, Any], index: int, way: Route) -> tuple[Buckets, GroupPlan | None]:
         """Param group ``index``'s buckets on route ``way``, and their op calls when the group is
@@ -438,12 +442,6 @@ class FusedOptimizer(CheckpointState):
 
     # ---- buckets (the functions of _buckets; the hooks an optimizer may change) -------------
 
-    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
-        """Dynamo runs this eagerly in a compiled step (its name is what it looks for): the
-        buckets of a group of plain params, as flat lists (:func:`._buckets.init_group`)."""
-        self._stepped = True  # (the traced route's record of a step: _record_step)
-        return _buckets.init_group(self, self._groups[index], index, *lists)
-
     def _hypers(self, group: dict[str, Any], bucket: Bucket) -> dict[str, Any]:
         """The op's hyper-parameters for one bucket (:func:`._buckets.hypers`; LARS adds its
         per-param options)."""
@@ -493,7 +491,50 @@ class FusedOptimizer(CheckpointState):
 
 
 
+class OpView(Optimizer):
+    """The param groups as the ops take them (each group's :class:`OpGroup` view), as an
+    optimizer of their own, which a traced step reads instead of its optimizer's groups.
+
+    Dynamo's support for ``torch.optim.Optimizer`` realizes every entry of the ``param_groups``
+    a traced step reads (or whose ``_init_group`` it runs), with a value guard on each float:
+    the optimizer's own groups hold what users and schedulers wrote, floats that change every
+    step, and a compiled step reading them would recompile at every lr. The views hold only the
+    optimizer's own keys, the scheduled values as 0-d tensors that never change identity, so
+    their guards hold. The guards read :attr:`param_groups` before every call of a compiled step,
+    and that read syncs the views with what was written into the groups (leniently: a refused
+    value fails a guard, and the step traced anew raises it). ``_init_group`` is Dynamo's
+    name for what it runs eagerly: the buckets of a group of plain params
+    (:func:`._buckets.init_group`), built outside the trace."""
+
+    def __init__(self, opt: FusedOptimizer) -> None:  # (not Optimizer.__init__: it steps nothing)
+        self._opt = weakref.ref(opt)  # (a reference cycle would keep the state alive until a GC pass)
+        self.views: list[dict[str, Any]] = []
+        self.defaults: dict[str, Any] = {}
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        # Every real call syncs: the guards' and Dynamo's own while it traces (its optimizer support
+        # reads this eagerly before tracing the step); traced code (where Dynamo inlines this, and
+        # is_dynamo_compiling is True) reads what they synced.
+        opt = self._opt()
+        if opt is not None and not torch.compiler.is_dynamo_compiling():
+            opt._sync_views(strict=False)
+        return self.views
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        opt = self._opt()
+        return opt.state if opt is not None else {}
+
+    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
+        opt = self._opt()
+        assert opt is not None
+        opt._stepped = True  # (the traced route's record of a step: _record_step)
+        opt._op_groups[index].check()  # (what the guards' sync refused, raised outside the trace: its message first)
+        return _buckets.init_group(opt, self.views[index], index, *lists)
+
+
 # Read by torch code that Dynamo does not trace (LR schedulers, GradScaler) inside a compiled
 # function: run eagerly there rather than compiled as frames of their own (_private).
-for _property in ("param_groups", "_opt_called"):
-    _private.run_eagerly_as_a_frame(FusedOptimizer.__dict__[_property].fget)
+for _property in (FusedOptimizer.__dict__["_opt_called"], OpView.__dict__["param_groups"]):
+    _private.run_eagerly_as_a_frame(_property.fget)

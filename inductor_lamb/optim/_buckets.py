@@ -22,15 +22,15 @@ __all__ = ["OpFamily", "Bucket", "BUCKET_LISTS", "BucketKind", "bucket_kind", "i
 
 def init_group(opt: Stepped, group: dict[str, Any], index: int, *lists: list[Tensor]
                ) -> tuple[tuple[Any, ...], ...] | None:
-    """The optimizer's ``_init_group``: the buckets of param group ``index`` when all its params
+    """``_init_group`` of the optimizer's ``OpView``: the buckets of param group ``index`` (its view) when all its params
     are plain tensors (no DTensor, no sparse grad): fills ``lists`` (empty, one per entry of
     ``opt._layout.flat_lists``) with every bucket's tensors, bucket after bucket, and returns each
     bucket's (number of params, has master copies, param names); None, with nothing filled,
     otherwise (the traced :func:`make_buckets` then handles the group and its errors).
 
     Why there: dynamo runs a ``torch.optim.Optimizer``'s ``_init_group`` eagerly instead of
-    tracing it, and installs the guards on ``param_groups`` and ``state`` itself
-    (torch/_dynamo/variables/optimizer.py). Traced, this per-param Python was most of dynamo's
+    tracing it, and installs the guards on its ``param_groups`` (here the views) and ``state``
+    itself (torch/_dynamo/variables/optimizer.py). Traced, this per-param Python was most of dynamo's
     time on a compiled step (docs/decisions.md, "Bucketing outside the trace"). The result depends only on what those
     guards check: which params have grads, their devices and dtypes, and the state's keys."""
     dtensor = _sharding.dtensor_type() or ()  # (isinstance(x, ()) is False: no DTensor exists)
@@ -59,7 +59,7 @@ def group_buckets(opt: Stepped, group: dict[str, Any], index: int) -> Buckets:
     Dynamo: run eagerly, outside the trace), else from :func:`make_buckets`."""
     flat_lists = opt._layout.flat_lists
     lists: list[list[Tensor]] = [[] for _ in flat_lists]
-    layout = opt._init_group(index, *lists)
+    layout = opt._op_view._init_group(index, *lists)
     if layout is None:
         return make_buckets(opt, group, index)
     flat = dict(zip(flat_lists, lists))

@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ._layout import StateLayout
-from ._scheduled import as_floats, renamed_group_keys, static_address
+from ._scheduled import renamed_group_keys, static_address
 
 __all__ = ["CheckpointState", "param_states"]
 
@@ -78,7 +78,6 @@ class CheckpointState(Optimizer):
         """Recreates what a copy does not carry (see ``_copied_attributes``)."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # (torch.optim puts param_groups straight into __dict__, past the property)
         state = dict(state)
         groups = state.pop("param_groups", None)
         copied = state.pop("_copied", {})
@@ -97,17 +96,6 @@ class CheckpointState(Optimizer):
                     group.setdefault(key, value)
             self.param_groups = groups
         self._rebuild()
-
-    def state_dict(self) -> dict[str, Any]:
-        # lr, betas, momentum as floats, like torch.optim's own optimizers save them:
-        # checkpoints load into torch.optim classes too (load_state_dict turns them
-        # back into tensors).
-        sd = super().state_dict()
-        for group in sd["param_groups"]:
-            for key in self._layout.scheduled:
-                if key in group:
-                    group[key] = as_floats(group[key])
-        return sd
 
     # Param-group keys of other implementations that carry nothing these optimizers
     # use (torch.optim's implementation flags), dropped when their state dicts load.
@@ -193,7 +181,6 @@ class CheckpointState(Optimizer):
             if step is not None and layout.has_step:  # (releases up to 0.1.0 kept a dead LARS step)
                 step = torch.as_tensor(step, dtype=torch.float32).to(p.device, copy=True)
                 state["step"] = step.reshape(()) if step.numel() == 1 else step
-        self.param_groups = self.__dict__["_groups"]  # new tensors from the loaded floats
         for _, state in param_states(self.state):
             for t in state.values():
                 static_address(t)

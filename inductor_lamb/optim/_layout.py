@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import ops, reference
-from ..spec import OpSpec, Role
+from ..spec import Arg, OpSpec, Role
 from ._model_tensors import ModelTensors
 
 __all__ = ["OpFamily", "StateLayout", "Bucket", "Buckets", "Stepped", "BUCKET_LISTS", "GROUP_KEYS", "OPTION_ROLES"]
@@ -113,7 +113,7 @@ class StateLayout:
     has_step: bool
     flat_lists: tuple[str, ...]                    # what ``_init_group`` fills, in order
     scheduled: Mapping[str, Callable[[Any], None]]  # group keys schedulers change -> validator
-    options: Mapping[str, Role]                     # the group keys of the op's other arguments -> role
+    options: Mapping[str, Arg]                      # the group keys of the op's other arguments -> their Arg
 
     @classmethod
     def of(cls, family: OpFamily, state_keys: tuple[str, ...], scalar_state_keys: tuple[str, ...],
@@ -133,7 +133,7 @@ class StateLayout:
             has_step="steps" in op.names,
             flat_lists=(*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params"),
             scheduled={k: validators[k] for k in keys},
-            options={GROUP_KEYS.get(a.name, a.name): a.role for a in op.args if a.role in OPTION_ROLES})
+            options={GROUP_KEYS.get(a.name, a.name): a for a in op.args if a.role in OPTION_ROLES})
 
     @property
     def spec(self) -> OpSpec:
@@ -166,9 +166,8 @@ class Stepped(Protocol):
     state: Any                    # torch.optim's state: param -> dict of state tensors
     max_tensors_per_call: int     # params per op call of a traced step
     _model: ModelTensors          # every tensor the optimizer was given, in order
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]: ...
+    param_groups: list[dict[str, Any]]  # as written (a step reads each group's view: _scheduled.OpGroup)
+    _op_view: Any                 # the views as an optimizer of their own, for Dynamo (_base.OpView)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], master: bool = True) -> dict[str, Any]:
         """Param ``p``'s state, made on first use."""
@@ -185,6 +184,3 @@ class Stepped(Protocol):
     def _step_sparse(self, group: dict[str, Any], bucket: Bucket, grad_scale: Tensor | None,
                      found_inf: Tensor | None) -> None:
         """Steps a bucket of sparse grads."""
-
-    def _init_group(self, index: int, *lists: list[Tensor]) -> tuple[tuple[Any, ...], ...] | None:
-        """Param group ``index``'s buckets as flat lists (Dynamo runs it eagerly: its name)."""

@@ -21,8 +21,8 @@ route                   when, and what runs
                         before the step is run, and what follows it is traced anew.
 ``TRACED``              Dynamo traces the step into the graph: CUDA params (CUDA graphs take the
                         step's tensors as static inputs), DTensor params (the collectives stay in
-                        the graph), or ``fullgraph=True``. Buckets come from ``_init_group``,
-                        which Dynamo runs eagerly under its own guards; the op calls are in the
+                        the graph), or ``fullgraph=True``. Buckets come from ``OpView._init_group``
+                        (over the groups' views), which Dynamo runs eagerly under its own guards; the op calls are in the
                         graph, at most ``max_tensors_per_call`` params each.
 ``TRACED_WITH_BACKWARD`` Dynamo traces the step with ``trace_autograd_ops`` on and the route
                         would otherwise trace: a backward in the same graph may make the grads,

@@ -1,12 +1,13 @@
 """Scheduled hyper-parameters (lr, betas, momentum): their validators (torch.optim's
-messages) and :class:`ScheduledValues`, the 0-d tensors of one param group that
-schedulers write and a compiled step reads without recompiling."""
+messages) and :class:`OpGroup`, one param group as the ops take it (the scheduled values as
+0-d tensors that a compiled step reads without recompiling), beside the group as written."""
 
 from __future__ import annotations
 
+import math
 import numbers
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -14,8 +15,8 @@ from torch import Tensor
 
 from .. import _private
 
-__all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "ScheduledValues",
-           "op_value", "scheduled_number", "renamed_group_keys", "group_with_floats", "as_floats", "group_device", "group_dtype", "follows"]
+__all__ = ["static_address", "as_lr_tensor", "check_lr", "check_betas", "check_momentum", "check_nonnegative", "OpGroup",
+           "op_value", "scheduled_number", "renamed_group_keys", "as_floats", "group_device", "group_dtype", "follows"]
 
 
 def static_address(t: Any) -> Any:
@@ -43,7 +44,18 @@ def as_lr_tensor(lr: float | Tensor, device: torch.device | str = "cpu", dtype: 
         return lr.detach().reshape(()).to(device=device, dtype=dtype)
     lr = float(lr)
     check_lr(lr)
-    return torch.tensor(lr, dtype=dtype, device=device)
+    return torch.tensor(rounded_to(lr, dtype), dtype=dtype, device=device)
+
+
+def rounded_to(x: float, dtype: torch.dtype) -> float:
+    """``x`` as ``dtype`` rounds it: past float32's range, the infinity that IEEE rounding gives
+    (torch refuses to put such a float into a float32 tensor; torch.optim takes any lr)."""
+    if dtype != torch.float64 and math.isfinite(x) and abs(x) > _FLOAT32_MAX:
+        return torch.tensor(x, dtype=torch.float64).to(dtype).item()
+    return x
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def check_lr(lr: float) -> None:
@@ -111,136 +123,135 @@ def check_seed(seed: Any) -> int:
     return seed
 
 
-class ScheduledValues:
-    """What the ops take of one param group: its scheduled hyper-parameters (lr, betas,
-    momentum) as 0-d tensors, and its other op arguments as the Python types of the op's schema.
+class OpGroup:
+    """One param group as the ops take it: :attr:`view`, a dict of the group's own keys (the
+    optimizer's defaults, ``params``, ``param_names``) where the scheduled hyper-parameters
+    (lr, betas, momentum) are 0-d tensors and the op's other options the schema's Python types.
 
-    torch's schedulers write ``group["betas"] = (0.85, ...)`` or ``group["momentum"] = 0.9``
-    as new Python floats (they ``fill_`` in place only a tensor ``lr``). A compiled step that read
-    those floats would be guarded on their values and recompile on every step: Dynamo realizes
-    every entry of ``param_groups`` (with a value guard on each float) whenever a traced step
-    reads the attribute or calls ``_init_group``. So :meth:`sync` fills each group's 0-d tensor
-    (:attr:`values`) from whatever was written (validated first) and puts it back into the
-    group. A tensor the user gives (``lr=torch.tensor(0.01)``) is the value itself, as in
-    torch.optim: it stays in the group (``group["lr"] is lr``), and changing it in place changes
-    the lr of the next step, eager or compiled.
+    The group itself keeps exactly what was written into it, as in torch.optim: ``lr=5e-3``
+    reads back as the float 5e-3, a scheduler's float as that float, a user's tensor as that
+    tensor (``group["lr"] is lr``). The view is what every step reads instead:
 
-    Every other op argument in the group (``eps``, ``weight_decay``, the bool options, ...) is checked
-    by :meth:`sync` too and, where it is another type that torch.optim takes for it (an int, a
-    numpy scalar, a one-element tensor), written back as the schema's Python type, so no op ever
-    gets a value of the wrong type; anything else raises a ``TypeError`` that names the
-    optimizer, the group index and the key (:func:`op_value`). ``param_groups`` syncs on every
-    read, and Dynamo's guards read it too, so a compiled step always sees synced values.
+    - a scheduled number fills the view's own 0-d tensor (made once per key: float32, float64
+      for all-float64 groups, on the params' device), so a compiled step, which reads that
+      tensor, never recompiles when the number changes; a user's tensor is the view's value
+      itself, so changing it in place is followed eagerly and compiled;
+    - another op option is converted where torch.optim takes its type (an int, a numpy scalar,
+      a one-element tensor) and stays in the group as written;
+    - anything else raises a ``TypeError`` or ``ValueError`` naming the optimizer, the group
+      index and the key (:func:`op_value`, :meth:`_validate`), before any tensor of a step
+      changes.
+
+    Why not the tensors in the group itself: a traced step reads the groups through Dynamo's
+    optimizer support, which realizes every entry with a value guard on each float, and a
+    float there recompiled every compiled step under an LR scheduler (docs/decisions.md, "Group
+    values as written"). Keys others write (a scheduler's ``initial_lr``, ``max_lr``) stay out of
+    the view: they never reach an op or a guard.
+
+    :meth:`sync` takes what was written since the last sync (an identity check a key: the step's
+    host cost). An eager step syncs strictly; a traced step's guards sync leniently (the base's
+    ``OpView``), leaving a refused value in the view as written, which fails the guards, and the
+    step traced anew raises it (:meth:`check`).
     """
 
-    def __init__(self, group: dict[str, Any], scheduled: Mapping[str, Callable[[Any], None]], device: torch.device,
-                 defaults: dict[str, Any], dtype: torch.dtype = torch.float32,
-                 others: Mapping[str, Any] | None = None, where: str = "param group") -> None:
-        self.scheduled, self.device, self.dtype = scheduled, device, dtype
-        self.others = dict(others or {})  # group key -> the op's Role for it (checked and converted)
-        self.values: dict[str, Any] = {}  # key -> the op's tensor, or a tuple of them (betas)
-        self.seen: dict[str, Any] = {}    # key -> the group's value those tensors were made from
-        self.owned: list[Tensor] = []     # the tensors this group made (and may fill)
-        self.refused: Exception | None = None  # what the last lenient sync could not take
-        if not _PLAIN:
-            _role_names()
-        for key in scheduled:
-            if key in group:
-                self._take(group, key, group[key], where)
-        self._convert_others(group, where)
+    def __init__(self, group: dict[str, Any], keys: Iterable[str], scheduled: Mapping[str, Callable[[Any], None]],
+                 options: Mapping[str, Any], device: torch.device, dtype: torch.dtype = torch.float32,
+                 where: str = "param group", strict: bool = True) -> None:
+        self.group = group
+        self.keys = tuple(dict.fromkeys(("params", "param_names", *keys)))  # (the group's own keys, in order)
+        self.scheduled, self.options = scheduled, options  # key -> validator; key -> the op's Arg
+        self.device, self.dtype = device, dtype
+        self.view: dict[str, Any] = {}
+        self.seen: dict[str, Any] = {}  # key -> the group's value the view's entry was made from
+        self.owned: dict[tuple[str, int], Tensor] = {}  # (key, index in a tuple) -> the view's own tensor
+        self.refused: dict[str, tuple[type[Exception], str]] = {}  # key -> what a lenient sync could not take
+        self.arity: dict[str, int] = {}  # scheduled key -> the length of its tuple (betas: 2), 0 for one value
+        self.sync(where, strict)
 
-    def sync(self, group: dict[str, Any], where: str = "param group", strict: bool = True) -> None:
-        """Takes what was written into ``group`` since the last sync. ``strict=False`` (a read of
-        ``param_groups``, which must not fail: the user may be about to correct the value) leaves
-        a bad value to the step's strict sync, which raises."""
-        self.refused = None
-        for key, seen in list(self.seen.items()):
-            value: Any = group.get(key)
-            if value is not seen or isinstance(value, list):  # (a list may have changed in place)
-                try:
-                    self._take(group, key, value, where)
-                except (TypeError, ValueError) as e:
-                    if strict:
-                        raise
-                    self.refused = e
-        self._convert_others(group, where, strict)
-
-    def check(self, group: dict[str, Any], where: str = "param group") -> None:
-        """The strict sync's checks without writing (a traced step: ``group`` as its guards saw
-        it; tensor values are data, unchecked). The scheduled values are not read (a compiled
-        step would guard on a float's value): what the last sync refused is raised."""
-        if self.refused is not None:
-            raise type(self.refused)(str(self.refused))
-        for key, role in self.others.items():
+    def sync(self, where: str = "param group", strict: bool = True) -> dict[str, Any]:
+        """The view, after taking what was written into the group since the last sync.
+        ``strict=False`` (the traced step's guards, which must not raise) leaves a refused value
+        in the view as written, for :func:`check_view` to raise."""
+        group, view, seen = self.group, self.view, self.seen
+        for key in self.keys:
             value = group.get(key, _ABSENT)
-            if value is not _ABSENT and type(value) not in _PLAIN[role]:
-                op_value(value, role, f"{where}[{key!r}]")
+            if value is seen.get(key, _ABSENT) and not isinstance(value, list):  # (a list may change in place)
+                continue
+            if value is _ABSENT:
+                view.pop(key, None)
+                seen.pop(key, None)
+                continue
+            try:
+                view[key] = self._take(key, value, where)
+            except (TypeError, ValueError) as e:
+                if strict:
+                    raise
+                view[key] = value  # (a guard on the view then fails: the traced step is traced anew)
+                self.refused[key] = (type(e), str(e))
+                seen.pop(key, None)  # (taken again by the next sync)
+                continue
+            seen[key] = value
+            self.refused.pop(key, None)
+        return view
 
-    def _take(self, group: dict[str, Any], key: str, value: Any, where: str) -> None:
-        """The op's tensors for ``value`` written into the group at ``key`` (validated first)."""
-        self._validate(key, value, where)
-        current = self.values.get(key)
-        if isinstance(value, (tuple, list)):
-            if not isinstance(current, tuple) or len(value) != len(current):
-                current = (None,) * len(value)
-            tensors: Any = tuple(self._assign(c, v) for c, v in zip(current, value))
-        else:
-            tensors = self._assign(current if isinstance(current, Tensor) else None, value)
-        # (put back into the group: a float left there would be guarded by value in a compiled
-        # step, which recompiles when it changes: docs/decisions.md, "Group values as written")
-        self.values[key] = self.seen[key] = group[key] = tensors
+    def check(self, where: str = "param group") -> None:
+        """Raises what the last sync refused (a traced step, which cannot sync: the guards did).
+        ``where`` is in the message already."""
+        for kind, text in self.refused.values():
+            raise kind(text)
 
-    def _validate(self, key: str, value: Any, where: str) -> None:
-        """Raises, naming ``where`` and ``key``, unless ``value`` is what torch.optim takes for
-        the scheduled ``key``: a number or a 1-element tensor, or a pair of them for ``betas``
-        (tensor values are data: only floats are range-checked)."""
+    def _take(self, key: str, value: Any, where: str) -> Any:
+        """The view's entry for ``value`` written at ``key`` (validated first)."""
         at = f"{where}[{key!r}]"
-        known = self.values.get(key)
-        pair = isinstance(known, tuple) if key in self.values else isinstance(value, (tuple, list))
-        if pair != isinstance(value, (tuple, list)) or (pair and known is not None and len(value) != len(known)):
-            raise TypeError(f"{at} must be " + (f"a tuple of {len(known or value)} numbers" if pair
+        if key in self.scheduled:
+            self._validate(key, value, at)
+            if isinstance(value, (tuple, list)):
+                return tuple(self._tensor((key, i), v) for i, v in enumerate(value))
+            return self._tensor((key, 0), value)
+        arg = self.options.get(key)
+        return value if arg is None else op_value(value, arg, at)
+
+    def _validate(self, key: str, value: Any, at: str) -> None:
+        """Raises, naming ``at``, unless ``value`` is what torch.optim takes for the scheduled
+        ``key``: a number or a 1-element tensor, or a tuple of as many as the group first held
+        for it (``betas``: 2; tensor values are data: only numbers are range-checked)."""
+        given = len(value) if isinstance(value, (tuple, list)) else 0
+        arity = self.arity.setdefault(key, given)  # (0: one value)
+        if given != arity:
+            raise TypeError(f"{at} must be " + (f"a tuple of {arity} numbers" if arity
                                                   else "a number or a 1-element tensor") + f", got {_describe(value)}")
-        for v in value if pair else (value,):
+        for v in value if arity else (value,):
             scheduled_number(v, at)
-        if not all(isinstance(v, Tensor) for v in (value if pair else (value,))):
+        if not all(isinstance(v, Tensor) for v in (value if arity else (value,))):
             try:
                 self.scheduled[key](as_floats(value))
             except ValueError as e:
                 raise ValueError(f"{at}: {e}") from None
 
-    def _convert_others(self, group: dict[str, Any], where: str, strict: bool = True) -> None:
-        for key, role in self.others.items():
-            value = group.get(key, _ABSENT)
-            if value is _ABSENT or type(value) in _PLAIN[role]:
-                continue
-            try:
-                group[key] = op_value(value, role, f"{where}[{key!r}]")
-            except TypeError as e:
-                if strict:
-                    raise
-                self.refused = e
-
-    def _assign(self, current: Tensor | None, value: Any) -> Tensor:
-        """The op's tensor for ``value``: a user's tensor itself, or a float filled into the
-        group's own tensor (a new one where the current value is not the group's)."""
+    def _tensor(self, slot: tuple[str, int], value: Any) -> Tensor:
+        """The op's tensor for one scheduled value: a user's tensor itself, or the number filled
+        into the view's own tensor for ``slot`` (made at its first number)."""
         if isinstance(value, Tensor):
             return static_address(value)
-        if current is not None and any(current is t for t in self.owned):
-            current.fill_(float(value))
-            return current
-        own = static_address(as_lr_tensor(float(value), self.device, self.dtype).clone())
-        self.owned.append(own)
+        own = self.owned.get(slot)
+        if own is None:
+            own = self.owned[slot] = static_address(as_lr_tensor(float(value), self.device, self.dtype).clone())
+        else:
+            own.fill_(rounded_to(float(value), self.dtype))
         return own
 
 
 _ABSENT = object()
 # The Python types an op argument of each role takes as it is (anything else is converted or refused)
 _PLAIN: dict[Any, tuple[type, ...]] = {}
+_KINDS: dict[Any, str] = {}  # role -> the Python type's name, in messages
+_ARTICLE = {"float": "a", "bool": "a", "int": "an"}
 
 
 def _role_names() -> None:
     from ..spec import Role  # (spec imports the compiled ops: not at module import)
 
+    _KINDS.update({Role.FLOAT: "float", Role.FLOATS: "float", Role.BOOL: "bool", Role.BOOLS: "bool", Role.INT: "int"})
     _PLAIN.update({Role.FLOAT: (float,), Role.FLOATS: (float,), Role.BOOL: (bool,), Role.BOOLS: (bool,),
                    Role.INT: (int,)})
 
@@ -263,36 +274,48 @@ def scheduled_number(value: Any, where: str) -> None:
         raise TypeError(f"{where} must be a number or a 1-element tensor, got {_describe(value)}")
 
 
-def op_value(value: Any, role: Any, where: str) -> Any:
-    """``value`` of a group key that is an op argument of ``role`` (a spec ``Role``) as the
-    op's Python type, accepting what torch.optim accepts there: for a float, any real number
-    (int, numpy scalar) or a one-element real tensor; for a bool, a bool, numpy bool, 0 or 1, or a
-    one-element tensor of them; for an int, an integer or a one-element integer tensor; for a
-    per-param option, one such value or a list of them. Anything else: a TypeError naming
-    ``where``."""
-    if not _PLAIN:
-        _role_names()
+def op_value(value: Any, arg: Any, where: str) -> Any:
+    """``value`` of a group key that is op argument ``arg`` (a spec ``Arg``: an option of a
+    Python type) as the op takes it, accepting what torch.optim accepts there: for a float, any
+    real number (int, numpy scalar) or a one-element real tensor, in the op's range; for a bool, a
+    bool, numpy bool, 0 or 1, or a one-element tensor of them; for an int, an int64 or a
+    one-element integer tensor; for a per-param option, one such value or a list of them. A
+    value of another type raises a TypeError naming ``where``, one out of range a ValueError in
+    the op's words."""
     from ..spec import Role
 
+    role = arg.role
     if role in (Role.FLOATS, Role.BOOLS) and isinstance(value, (list, tuple)):
-        one = Role.FLOAT if role is Role.FLOATS else Role.BOOL
-        return [op_value(v, one, f"{where}[{i}]") for i, v in enumerate(value)]
-    kind = {Role.FLOAT: "float", Role.FLOATS: "float", Role.BOOL: "bool", Role.BOOLS: "bool", Role.INT: "int"}[role]
-    x: Any = value
-    if isinstance(value, Tensor):
-        if value.numel() != 1 or value.is_complex() or value.requires_grad:
-            raise TypeError(f"{where} must be a {kind}, got a tensor of shape {tuple(value.shape)} "
-                            f"and dtype {value.dtype}{' that requires grad' if value.requires_grad else ''}")
-        x = value.item()
-    elif hasattr(value, "item") and type(value).__module__ == "numpy":  # (a numpy scalar)
-        x = value.item()
-    if kind == "float" and isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return float(x)
-    if kind == "bool" and (isinstance(x, bool) or (isinstance(x, numbers.Integral) and x in (0, 1))):
-        return bool(x)
-    if kind == "int" and isinstance(x, numbers.Integral) and not isinstance(x, bool):
-        return int(x)
-    raise TypeError(f"{where} must be a {kind}, got {_describe(value)}")
+        return [_one_value(v, arg, f"{where}[{i}]") for i, v in enumerate(value)]
+    return _one_value(value, arg, where)
+
+
+def _one_value(value: Any, arg: Any, where: str) -> Any:
+    if not _PLAIN:
+        _role_names()
+    kind = _KINDS[arg.role]
+    x = value
+    if type(value) not in _PLAIN[arg.role]:
+        if isinstance(value, Tensor):
+            if value.numel() != 1 or value.is_complex() or value.requires_grad:
+                raise TypeError(f"{where} must be {_ARTICLE[kind]} {kind}, got a tensor of shape {tuple(value.shape)} "
+                                f"and dtype {value.dtype}{' that requires grad' if value.requires_grad else ''}")
+            x = value.item()
+        elif hasattr(value, "item") and type(value).__module__ == "numpy":  # (a numpy scalar)
+            x = value.item()
+        if kind == "float" and isinstance(x, numbers.Real) and not isinstance(x, bool):
+            x = float(x)
+        elif kind == "bool" and (isinstance(x, bool) or (isinstance(x, numbers.Integral) and x in (0, 1))):
+            x = bool(x)
+        elif kind == "int" and isinstance(x, numbers.Integral) and not isinstance(x, bool):
+            x = int(x)
+        else:
+            raise TypeError(f"{where} must be {_ARTICLE[kind]} {kind}, got {_describe(value)}")
+    if kind == "float" and not arg.in_range(x):
+        raise ValueError(f"{where}: invalid {arg.name} {x:g}, expected a value in {arg.range_text()}")
+    if kind == "int" and not -(2**63) <= x < 2**63:
+        raise ValueError(f"{where}: invalid {arg.name} {x}, expected an int64")
+    return x
 
 
 def follows(value: Tensor, device: torch.device) -> bool:
@@ -301,14 +324,9 @@ def follows(value: Tensor, device: torch.device) -> bool:
     return value.dim() == 0 and value.dtype == torch.float32 and value.device == device
 
 
-def group_with_floats(group: dict[str, Any], keys) -> dict[str, Any]:
-    """The group with its scheduled 0-d tensors as Python floats (state_dict, repr)."""
-    return {k: (as_floats(v) if k in keys else v) for k, v in group.items()}
-
-
 def as_floats(value: Any) -> Any:
-    """A scheduled value (float, 0-d tensor, or a tuple of them) as Python floats.
-    For display, validation and checkpoints only: never called inside a step."""
+    """A scheduled value (float, 0-d tensor, or a tuple of them) as Python floats, for
+    validation: never called inside a step."""
     if isinstance(value, (tuple, list)):
         return tuple(as_floats(v) for v in value)
     if not isinstance(value, Tensor):
