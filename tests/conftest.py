@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+import os
 import re
 
 import pytest
@@ -19,13 +20,17 @@ import inductor_lamb  # (registers torch.ops.lamb.*)
 from inductor_lamb import Adagrad, Lamb, Lamb16, Lars, NovoGrad
 from inductor_lamb.spec import SPECS, Role
 
-# Property-based tests (test_properties.py): "ci", a fixed seed and a budget of about a
-# minute, unless --hypothesis-profile names another ("long": a search of some minutes).
+# Property-based tests (test_properties.py, test_group_values.py, test_chunk_layout.py): "ci", a
+# fixed seed and a budget of about a minute, unless --hypothesis-profile names another ("long": a
+# search of some minutes; "search": tests/property_search.py's time-boxed rounds).
 _SLOW_DATA = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile("ci", max_examples=1000, derandomize=True, deadline=None, database=None,
                           suppress_health_check=_SLOW_DATA, print_blob=True)
 settings.register_profile("long", max_examples=20000, deadline=None, suppress_health_check=_SLOW_DATA,
                           print_blob=True)
+# tests/property_search.py's rounds: a seed of their own each (--hypothesis-seed), nothing stored
+settings.register_profile("search", max_examples=int(os.environ.get("INDUCTOR_LAMB_SEARCH_EXAMPLES", "1000")),
+                          deadline=None, database=None, suppress_health_check=_SLOW_DATA, print_blob=True)
 settings.load_profile("ci")
 
 # Mixed shapes: empty, 0-d, tiny, odd sizes (vector tails), and > 1 chunk (16384 elements).
@@ -304,6 +309,34 @@ STEP_OPTIMIZERS = {
     "Adagrad": (Adagrad, dict(lr=0.05, weight_decay=1e-4)),
     "NovoGrad": (NovoGrad, dict(lr=0.01, weight_decay=1e-3)),
 }
+
+
+# ---- param-group keys: ours, torch.optim's, and what other libraries write -------------------
+
+def torch_optim_group_keys() -> set[str]:
+    """The param-group keys of torch.optim's own optimizers: a library that writes one of them
+    means torch's meaning (lr, betas, weight_decay, ...), which is ours where we have the key."""
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    classes = [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop,
+               torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adadelta, torch.optim.ASGD,
+               torch.optim.Rprop]
+    return set().union(*(cls(p, lr=0.1).param_groups[0] for cls in classes))
+
+
+def our_group_keys() -> set[str]:
+    """The param-group keys our optimizers hold that torch.optim's do not (ours alone to mean)."""
+    import inductor_lamb
+
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    ours = set().union(*(cls(p, lr=0.1).param_groups[0] for cls in inductor_lamb.optim.OPTIMIZERS))
+    return ours - torch_optim_group_keys()
+
+
+def keys_written(opt: torch.optim.Optimizer, run) -> set[str]:
+    """The param-group keys that ``run()`` (a library driving ``opt``) adds to its groups."""
+    before = {k for g in opt.param_groups for k in g}
+    run()
+    return {k for g in opt.param_groups for k in g} - before
 
 
 def make_step_model(seed=0):

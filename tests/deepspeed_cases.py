@@ -258,3 +258,28 @@ def refusals(rank: int, world: int) -> None:
     opt = Adagrad(model.parameters())  # element-wise: any layout is exact
     opt.param_groups[0]["params"] = [flat]
     opt.step()
+
+
+# DeepSpeed's own LR schedulers (config "scheduler"), one per stage below
+_SCHEDULERS = {
+    1: {"type": "WarmupDecayLR", "params": {"warmup_max_lr": LRS[0], "warmup_num_steps": 1, "total_num_steps": 4}},
+    2: {"type": "OneCycle", "params": {"cycle_min_lr": LRS[3], "cycle_max_lr": LRS[0], "cycle_first_step_size": 2,
+                                       "cycle_momentum": True}},
+    3: {"type": "WarmupLR", "params": {"warmup_max_lr": LRS[0], "warmup_num_steps": 2}},
+}
+
+
+def group_keys(rank: int, world: int, ours: list[str]) -> None:
+    """The param-group keys DeepSpeed's ZeRO optimizers (stages 1-3) and its own LR schedulers
+    add to a torch optimizer's groups, learned by training with each: none is a key of ours."""
+    import deepspeed
+
+    for stage, scheduler in _SCHEDULERS.items():
+        model = make_net()
+        opt = torch.optim.AdamW(param_groups(model), lr=LRS[0])
+        before = {k for g in opt.param_groups for k in g}
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config(stage, scheduler=scheduler),
+                                               dist_init_required=False)
+        train_engine(engine, range(3))
+        written = {k for g in opt.param_groups for k in g} - before
+        assert not written & set(ours), f"ZeRO stage {stage}, {scheduler['type']}: {sorted(written & set(ours))}"

@@ -69,3 +69,7 @@ def test_pieces_are_cut_as_views_of_the_partition(pieces):
     assert all((flat[k] >= 100) == (k in touched) for k in range(24))
     vector = torch.arange(float(len(pieces)))
     assert [float(x) for x in cut.entries(vector)] == list(range(len(pieces)))
+
+
+def test_no_group_key_collides_with_what_deepspeed_writes():
+    spawn("group_keys", 2, sorted(conftest.our_group_keys()))

@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 import torch
-from conftest import STEP_OPTIMIZERS
+from conftest import STEP_OPTIMIZERS, keys_written, our_group_keys
 from torch import nn
 
 import inductor_lamb
@@ -254,3 +254,80 @@ def test_hf_trainer_default_scheduler(name, tmp_path):
     assert seen == expected and all(type(lr) is float for lr in seen)
     logged = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
     assert len(logged) == steps and all(isinstance(lr, float) for lr in logged)
+
+
+def test_no_group_key_collides_with_what_frameworks_write(tmp_path):
+    """The param-group keys Lightning's Trainer (with a step-wise OneCycleLR, gradient clipping and
+    its LearningRateMonitor), HF's Trainer (its default scheduler and its own param groups) and
+    accelerate's prepared optimizer and scheduler add to a torch optimizer's groups, learned by
+    running each: none is a key of ours (torch.optim's own keys mean the same for both)."""
+    written: dict[str, set[str]] = {}
+    if importlib.util.find_spec("lightning") is not None or importlib.util.find_spec("pytorch_lightning") is not None:
+        pl = _lightning()
+        from lightning.pytorch.callbacks import LearningRateMonitor
+        from lightning.pytorch.loggers import CSVLogger
+
+        made = {}
+
+        class Regression(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(8, 1)
+
+            def training_step(self, batch, _):
+                return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+            def configure_optimizers(self):
+                opt = made["opt"] = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+                made["before"] = {k for g in opt.param_groups for k in g}
+                sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=4)
+                return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+        pl.Trainer(max_steps=4, gradient_clip_val=0.5, accelerator="cpu", devices=1, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                   logger=CSVLogger(tmp_path), callbacks=[LearningRateMonitor()]).fit(Regression(), _data())
+        written["lightning"] = {k for g in made["opt"].param_groups for k in g} - made["before"]
+    if importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("accelerate") is not None:
+        from accelerate import Accelerator
+        from transformers import Trainer, TrainingArguments
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(8, 1)
+
+            def forward(self, x, labels):
+                return {"loss": nn.functional.mse_loss(self.net(x), labels)}
+
+        rows = [{"x": torch.randn(8), "labels": torch.randn(1)} for _ in range(16)]
+        for given_opt in (True, False):  # (ours passed in; the Trainer's own groups)
+            model = Model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1) if given_opt else None
+            args = TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=2, per_device_train_batch_size=8,
+                                     warmup_steps=1, report_to=[], use_cpu=True, save_strategy="no",
+                                     logging_strategy="no", optim="sgd")
+            trainer = Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None))
+            trainer.create_optimizer()
+            before = {k for g in trainer.optimizer.param_groups for k in g}
+            trainer.train()
+            written[f"hf_trainer{'' if given_opt else '_own_groups'}"] = \
+                {k for g in trainer.optimizer.param_groups for k in g} - before
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def prepared():
+            accelerator = Accelerator(cpu=True)
+            m, o, s = accelerator.prepare(model, opt, torch.optim.lr_scheduler.LinearLR(opt))
+            for _ in range(2):
+                accelerator.backward(m(torch.randn(4, 8)).square().mean())
+                o.step()
+                s.step()
+                o.zero_grad()
+
+        written["accelerate"] = keys_written(opt, prepared)
+    if not written:
+        pytest.skip("needs lightning or transformers and accelerate")
+    ours = our_group_keys()
+    assert {name: keys & ours for name, keys in written.items() if keys & ours} == {}, written
+    if "lightning" in written:
+        assert {"initial_lr", "max_lr", "min_lr"} <= written["lightning"]  # (the run wrote what it must)
