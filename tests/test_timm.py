@@ -9,6 +9,7 @@ import importlib.util
 
 import pytest
 import torch
+from conftest import keys_written, our_group_keys, torch_optim_group_keys
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None or importlib.util.find_spec("torchvision") is None,
                                 reason="needs timm and torchvision")
@@ -153,3 +154,31 @@ def test_fusedlamb_drop_in(timm):
     opt = registry.create_optimizer(model, "fusedlamb", lr=1e-3, weight_decay=0.01)
     assert type(opt) is il_timm.TimmLamb and opt.defaults["max_grad_norm"] == 1.0
     train(model, opt, steps=1)
+
+
+def test_no_group_key_collides_with_what_timm_writes(timm):
+    """The param-group keys timm's schedulers (every kind its factory builds, stepped per epoch and
+    per update) and its optimizer factory's layer-decay groups add to a torch optimizer's groups,
+    learned by running each: none is a key of ours (torch.optim's own keys mean the same)."""
+    from timm.optim import create_optimizer_v2
+    from timm.scheduler import create_scheduler_v2
+
+    written = {}
+    for kind in ("cosine", "tanh", "step", "multistep", "plateau", "poly", "wsd", "constant"):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.randn(3))], lr=0.1, momentum=0.9)
+
+        def run():
+            sched, _ = create_scheduler_v2(opt, kind, num_epochs=4, warmup_epochs=1, noise=(1, 3), decay_epochs=2,
+                                           decay_milestones=[1, 2])
+            for epoch in range(4):
+                opt.step()
+                sched.step_update(num_updates=epoch * 2 + 1, metric=1.0)
+                sched.step(epoch + 1, metric=1.0)
+
+        written[kind] = keys_written(opt, run)
+    model, _ = twins(timm)
+    opt = create_optimizer_v2(model, "sgd", lr=0.1, layer_decay=0.7)
+    written["layer_decay"] = {k for g in opt.param_groups for k in g} - torch_optim_group_keys()
+    assert "initial_lr" in written["cosine"] and "lr_scale" in written["layer_decay"]  # (what timm writes)
+    ours = our_group_keys()
+    assert {kind: keys & ours for kind, keys in written.items() if keys & ours} == {}, written

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import our_group_keys, torch_optim_group_keys
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="needs torchtitan (torch 2.14)")
 
@@ -113,3 +114,24 @@ def test_example_config_module_names_our_container():
     assert isinstance(config.optimizer, OptimizersContainer.Config)
     assert [g.optimizer_name for g in config.optimizer.param_groups] == ["Lamb"]
     assert config.parallelism.tensor_parallel_degree == 2
+
+
+def test_no_group_key_collides_with_what_torchtitan_writes():
+    """The param-group keys TorchTitan's optimizers container (its AdamW config) and its LR
+    schedulers add to a torch optimizer's groups, learned by stepping them: none is a key of ours
+    (torch.optim's own keys mean the same)."""
+    import torch
+    from torchtitan.components.optimizer import LRSchedulersContainer, OptimizersContainer, default_adamw
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    container = OptimizersContainer(default_adamw(lr=1e-3), model_parts=[model])
+    made = {k for o in container for g in o.param_groups for k in g}
+    scheds = LRSchedulersContainer.Config(warmup_steps=1).build(optimizers=container, training_steps=4)
+    for _ in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+        container.step()
+        scheds.step()
+        container.zero_grad()
+    written = (made - torch_optim_group_keys()) | ({k for o in container for g in o.param_groups for k in g} - made)
+    assert "initial_lr" in written, written  # (what its LambdaLR writes)
+    assert not written & our_group_keys(), written
