@@ -161,8 +161,6 @@ def test_group_values_of_other_types(name, compiled):
         for a, b in zip(params, twin_params):
             assert torch.equal(a, b)
     for bad in REFUSED:
-        if isinstance(bad, list) and name == "Lars":
-            continue  # (Lars's weight_decay is a per-param option: a list of floats is one)
         opt.param_groups[0][key] = bad
         before = [p.detach().clone() for p in params]
         with pytest.raises(TypeError, match=rf"{name}: param_groups\[0\]\['{key}'\] must be a float"):

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .. import _private, ops
+from ..spec import Arg, Role
 from . import _buckets, _deepspeed, _sharding
 from ._checkpoint import CheckpointState, param_states
 from ._layout import Bucket, Buckets, OpFamily, StateLayout
@@ -34,13 +35,15 @@ from ._scheduled import (
     check_nonnegative,
     check_seed,
     decoupled_decay_options,
+    decoupled_decay_own_options,
     group_device,
     group_dtype,
     static_address,
 )
 
 __all__ = ["Bucket", "FusedOptimizer", "FusedOptions", "OpFamily", "OpGroup", "OpView", "as_lr_tensor", "check_betas", "check_lr",
-           "check_momentum", "check_nonnegative", "check_seed", "decoupled_decay_options"]
+           "check_momentum", "check_nonnegative", "check_seed", "decoupled_decay_options",
+           "decoupled_decay_own_options"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 # Param dtypes the optimizers take: the ops' three, and float64, which steps
@@ -122,6 +125,9 @@ class FusedOptimizer(CheckpointState):
     _ops: OpFamily
     _state_keys: tuple[str, ...] = ()
     _scalar_state_keys: tuple[str, ...] = ()
+    # the group keys the optimizer reads itself (no op argument), converted and checked as the op's
+    # options are: a group value of another type is refused by name, never a torch error
+    _own_options: ClassVar[dict[str, Arg]] = {"master_weights": Arg("master_weights", Role.BOOL)}
     _layout: ClassVar[StateLayout]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -131,7 +137,8 @@ class FusedOptimizer(CheckpointState):
                 cls.__doc__ = cls.__doc__.replace(placeholder, text)
         family = cls.__dict__.get("_ops")
         if family is not None:
-            cls._layout = StateLayout.of(family, cls._state_keys, cls._scalar_state_keys, _VALIDATORS, cls.__name__)
+            cls._layout = StateLayout.of(family, cls._state_keys, cls._scalar_state_keys, _VALIDATORS, cls.__name__,
+                                         cls._own_options)
 
     _copied_attributes: tuple[str, ...] = ("_step_supports_amp_scaling", "_stepped", "_stepped_in_graph", "_model",
                           "max_tensors_per_call")

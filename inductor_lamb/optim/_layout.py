@@ -113,11 +113,13 @@ class StateLayout:
     has_step: bool
     flat_lists: tuple[str, ...]                    # what ``_init_group`` fills, in order
     scheduled: Mapping[str, Callable[[Any], None]]  # group keys schedulers change -> validator
-    options: Mapping[str, Arg]                      # the group keys of the op's other arguments -> their Arg
+    options: Mapping[str, Arg]                      # the group keys of the op's other arguments, and the
+                                                    # optimizer's own options (master_weights) -> their Arg
 
     @classmethod
     def of(cls, family: OpFamily, state_keys: tuple[str, ...], scalar_state_keys: tuple[str, ...],
-           validators: Mapping[str, Callable[[Any], None]], owner: str) -> StateLayout:
+           validators: Mapping[str, Callable[[Any], None]], owner: str,
+           own_options: Mapping[str, Arg] = {}) -> StateLayout:
         op = family.spec
         states = list(op.of(Role.STATE))
         scalars = [a for a in op.of(Role.SCALARS) if a.name != "steps"]
@@ -133,7 +135,7 @@ class StateLayout:
             has_step="steps" in op.names,
             flat_lists=(*(a.name for a in op.args if a.role in BUCKET_LISTS), "master_params"),
             scheduled={k: validators[k] for k in keys},
-            options={GROUP_KEYS.get(a.name, a.name): a for a in op.args if a.role in OPTION_ROLES})
+            options={**own_options, **{GROUP_KEYS.get(a.name, a.name): a for a in op.args if a.role in OPTION_ROLES}})
 
     @property
     def spec(self) -> OpSpec:

@@ -83,6 +83,14 @@ def check_nonnegative(**values: float) -> None:
             raise ValueError(f"Invalid {names.get(name, name)} value: {value}")
 
 
+def decoupled_decay_own_options(base: Mapping[str, Any]) -> dict[str, Any]:
+    """An optimizer's own group options (``base``) and ``corrected_weight_decay``, which the
+    optimizer reads itself (the op takes ``max_lr_snapshot``)."""
+    from ..spec import Arg, Role
+
+    return {**base, "corrected_weight_decay": Arg("corrected_weight_decay", Role.BOOL)}
+
+
 def decoupled_decay_options(lr: Any, decoupled_decay: bool, corrected_weight_decay: bool,
                             max_lr: float = 0.0, max_lr_snapshot: float | None = None) -> dict[str, Any]:
     """The group entries of decoupled weight decay (``p *= 1 - s weight_decay`` before the update,
@@ -279,18 +287,9 @@ def op_value(value: Any, arg: Any, where: str) -> Any:
     Python type) as the op takes it, accepting what torch.optim accepts there: for a float, any
     real number (int, numpy scalar) or a one-element real tensor, in the op's range; for a bool, a
     bool, numpy bool, 0 or 1, or a one-element tensor of them; for an int, an int64 or a
-    one-element integer tensor; for a per-param option, one such value or a list of them. A
-    value of another type raises a TypeError naming ``where``, one out of range a ValueError in
-    the op's words."""
-    from ..spec import Role
-
-    role = arg.role
-    if role in (Role.FLOATS, Role.BOOLS) and isinstance(value, (list, tuple)):
-        return [_one_value(v, arg, f"{where}[{i}]") for i, v in enumerate(value)]
-    return _one_value(value, arg, where)
-
-
-def _one_value(value: Any, arg: Any, where: str) -> Any:
+    one-element integer tensor. A per-param option of the op (LARS's ``weight_decay``) is one such
+    value for the whole group too: the optimizer makes its per-param lists. A value of another
+    type raises a TypeError naming ``where``, one out of range a ValueError in the op's words."""
     if not _PLAIN:
         _role_names()
     kind = _KINDS[arg.role]

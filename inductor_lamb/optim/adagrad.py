@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Unpack
 
-from ..spec import ADAGRAD
+from ..spec import ADAGRAD, Arg, Role
 from ._base import Bucket, FusedOptimizer, FusedOptions, OpFamily, check_nonnegative
 
 __all__ = ["Adagrad"]
@@ -40,6 +40,8 @@ class Adagrad(FusedOptimizer):
     """
 
     _ops = OpFamily.of(ADAGRAD)
+    _own_options = {**FusedOptimizer._own_options,
+                    "initial_accumulator_value": Arg("initial_accumulator_value", Role.FLOAT)}
     _state_keys = ("sum",)
 
     def __init__(

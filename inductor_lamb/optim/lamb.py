@@ -9,7 +9,15 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from ..spec import LAMB
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative, decoupled_decay_options
+from ._base import (
+    FusedOptimizer,
+    FusedOptions,
+    OpFamily,
+    check_betas,
+    check_nonnegative,
+    decoupled_decay_options,
+    decoupled_decay_own_options,
+)
 
 __all__ = ["Lamb"]
 
@@ -61,6 +69,7 @@ class Lamb(FusedOptimizer):
     """
 
     _ops = OpFamily.of(LAMB)
+    _own_options = decoupled_decay_own_options(FusedOptimizer._own_options)
     _state_keys = ("exp_avg", "exp_avg_sq")
 
     def __init__(

@@ -10,7 +10,15 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from ..spec import NOVOGRAD
-from ._base import FusedOptimizer, FusedOptions, OpFamily, check_betas, check_nonnegative, decoupled_decay_options
+from ._base import (
+    FusedOptimizer,
+    FusedOptions,
+    OpFamily,
+    check_betas,
+    check_nonnegative,
+    decoupled_decay_options,
+    decoupled_decay_own_options,
+)
 
 __all__ = ["NovoGrad"]
 
@@ -69,6 +77,7 @@ class NovoGrad(FusedOptimizer):
     """
 
     _ops = OpFamily.of(NOVOGRAD)
+    _own_options = decoupled_decay_own_options(FusedOptimizer._own_options)
     _state_keys = ("exp_avg",)
     _scalar_state_keys = ("exp_avg_sq", "max_exp_avg_sq")
 
