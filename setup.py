@@ -28,8 +28,34 @@ import shutil
 import subprocess
 import sys
 
-import torch
 from setuptools import setup
+
+
+def _torch_range():
+    """inductor_lamb/_versions.py, by path (the package itself needs the module being built)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_inductor_lamb_versions", os.path.join(os.path.dirname(os.path.abspath(__file__)), "inductor_lamb", "_versions.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The supported torch, checked before anything is built or resolved: pip prepares the metadata
+# (this file, in the user's environment under --no-build-isolation) before it resolves the
+# dependencies, so an unsupported torch fails here at once and is never replaced.
+_RANGE = _torch_range()
+try:
+    import torch
+except ImportError:
+    sys.exit(f"inductor_lamb builds against the installed torch, and none is: install {_RANGE.range_text()} "
+             "first, then build with pip install --no-build-isolation")
+if _RANGE.refusal(torch.__version__):
+    sys.exit(_RANGE.refusal(torch.__version__))
+if _RANGE.untested(torch.__version__):
+    print(f"inductor_lamb: torch {torch.__version__} is newer than the tested releases ({', '.join(_RANGE.TESTED)}); "
+          "building against it", file=sys.stderr)
 
 
 def find_cuda_home() -> str | None:

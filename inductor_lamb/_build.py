@@ -17,6 +17,8 @@ from types import ModuleType
 
 import torch
 
+from ._versions import release
+
 __all__ = ["build_info", "load_extension", "mismatch"]
 
 _MARKER = b"INDUCTOR_LAMB_BUILD_INFO:"
@@ -50,18 +52,13 @@ def build_info() -> dict[str, str]:
     return _parse(data[start:data.index(b"\0", start)].decode("ascii", "replace"))
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """``"2.14.1+cu130"`` -> ``(2, 14)``: the part of a version the C++ ABI follows."""
-    return tuple(int(x) for x in version.split("+")[0].split(".")[:2] if x.isdigit())
-
-
 def mismatch(info: dict[str, str], installed: str, installed_cuda: str | None) -> str | None:
     """Why a module built as ``info`` cannot load under torch ``installed`` (CUDA version
     ``installed_cuda``, None for a CPU build), or None."""
     built = info.get("torch")
     if not built:
         return None
-    if _release(built) != _release(installed):
+    if release(built) != release(installed):  # (the part of a version the C++ ABI follows)
         return f"inductor_lamb was built against torch {built}, but torch {installed} is installed"
     if info.get("cuda") and not installed_cuda:
         return (f"inductor_lamb was built with CUDA kernels against torch {built}, but the installed torch "

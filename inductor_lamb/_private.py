@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "strided_shard",
+from . import _versions
+
+__all__ = ["LIMITS", "RELEASE", "lacks", "SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "strided_shard",
            "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
            "run_eagerly_as_a_frame",
            "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
@@ -105,6 +107,23 @@ PROTOCOLS: dict[str, tuple[str, str]] = {
 }
 
 _T = TypeVar("_T")
+
+# What a supported release cannot do, by feature: (the first release that can, why). The package
+# avoids the feature on an older torch where it has another way (``lacks``), and refuses a user's
+# explicit choice of it, naming the release.
+LIMITS: dict[str, tuple[tuple[int, int], str]] = {
+    "lowering_cuda": ((2, 12), "its Inductor asserts in the loop reordering after fusion on the lowering's fused "
+                               "CUDA nodes (pytorch/pytorch#176591, fixed in 2.12)"),
+}
+RELEASE = _versions.release(torch.__version__)
+
+
+def lacks(feature: str) -> str | None:
+    """Why this torch cannot do ``feature`` (a :data:`LIMITS` key), or None when it can."""
+    first, why = LIMITS[feature]
+    if RELEASE >= first:
+        return None
+    return f"torch {torch.__version__} cannot: {why}"
 
 
 def resolve(name: str) -> Any:

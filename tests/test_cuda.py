@@ -27,7 +27,7 @@ from conftest import (
 )
 
 import inductor_lamb
-from inductor_lamb import Lamb, Lamb16, Lars, reference
+from inductor_lamb import Lamb, Lamb16, Lars, _private, reference
 
 HAVE_CUDA = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("lamb::lamb_step_", "CUDA")
 pytestmark = pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device and inductor_lamb built with CUDA")
@@ -281,6 +281,14 @@ def test_opcheck_cuda():
                                   test_utils=utils)
 
 
+def _assert_the_lowering_is_refused(compile_and_run) -> None:
+    """On a torch whose Inductor cannot take the lowering on CUDA (``_private.LIMITS``), forcing
+    it raises our error, naming the release (``auto`` takes the CUDA kernel there)."""
+    with pytest.raises(Exception) as raised:
+        compile_and_run()
+    assert f"torch {torch.__version__} cannot" in str(raised.value), str(raised.value)
+
+
 @pytest.mark.parametrize("path", ["auto", "lowering"])
 @pytest.mark.parametrize("cls,kw", [(Lamb, dict(lr=0.02, weight_decay=0.01)), (Lamb16, dict(lr=0.02, weight_decay=0.01)),
                                     (Lars, dict(lr=0.3, weight_decay=1e-3))])
@@ -291,6 +299,9 @@ def test_compiled_training_step_on_cuda(cls, kw, path):
     inductor_lamb.set_compile_path(path)
     torch._dynamo.reset()
     try:
+        if path == "lowering" and _private.lacks("lowering_cuda"):
+            _assert_the_lowering_is_refused(lambda: _compiled_training_step_on_cuda(cls, kw, path))
+            return
         _compiled_training_step_on_cuda(cls, kw, path)
     finally:
         inductor_lamb.set_compile_path()
@@ -345,6 +356,9 @@ def test_compiled_op_on_graph_inputs(case, path):
             getattr(torch.ops.lamb, name)(*args, lr, **c_kwargs)
 
         lr = torch.tensor(0.01, device="cuda")
+        if path == "lowering" and _private.lacks("lowering_cuda"):
+            _assert_the_lowering_is_refused(lambda: torch.compile(call, fullgraph=True)(c_args, lr))
+            return
         _, codes = run_and_get_code(torch.compile(call, fullgraph=True), c_args, lr)
         call(e_args, lr)
         code = "\n".join(codes)

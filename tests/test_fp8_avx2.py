@@ -1,8 +1,8 @@
 """The AVX2 float8 codec of the LAMB16 kernels (csrc/cpu/fp8_avx2.h) against
 c10's scalar conversions, exhaustively: every code decodes, and every float32
-bit pattern encodes, to c10's value and code (tests/cpp/fp8_avx2_check.cpp,
-built here with the host compiler; torch's header-only float8 code is the
-oracle). The op-level tests (test_lamb16_op.py) check the same kernels through
+bit pattern encodes, to c10's value and code (e4m3 saturating past 448, as c10
+does from torch 2.13 on; tests/cpp/fp8_avx2_check.cpp, built here with the host
+compiler; torch's header-only float8 code is the oracle). The op-level tests (test_lamb16_op.py) check the same kernels through
 the op on in-range values."""
 
 from __future__ import annotations

@@ -5,14 +5,17 @@ tests/wheel_smoke.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import inductor_lamb
-from inductor_lamb import _build
+from inductor_lamb import _build, _versions
 from inductor_lamb.spec import SPECS
 
 
@@ -81,3 +84,37 @@ def test_a_checkout_without_its_compiled_module_says_so(tmp_path):
     assert done.returncode != 0
     assert (f"inductor_lamb was imported from the source checkout at {tmp_path.resolve()}, which has no compiled "
             "module: an editable install") in done.stderr, done.stderr[-2000:]
+
+
+def test_the_dependency_floor_is_the_supported_floor():
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    floor = "{}.{}".format(*_versions.FLOOR)
+    assert re.findall(r'"torch>=([0-9.]+)"', text) == [floor, floor]  # (build-system and dependencies)
+    assert _versions.release(_versions.TESTED[0]) == _versions.FLOOR
+    assert _versions.refusal(torch.__version__) is None
+
+
+@pytest.mark.parametrize("version, refused", [("2.10.2+cu128", True), ("1.13.1", True), ("2.11.0+cu130", False),
+                                              ("2.16.0.dev20261201", False)])
+def test_the_range(version, refused):
+    message = _versions.refusal(version)
+    assert (message is not None) == refused
+    if refused:
+        assert version in message and "torch 2.11 or newer" in message and "does not replace" in message
+    assert _versions.untested(version) == (version.startswith("2.16"))
+
+
+def test_installing_into_an_older_torch_fails_at_once_and_downloads_nothing(tmp_path):
+    """pip prepares the metadata (setup.py, in the user's environment) before it resolves any
+    dependency: under a torch older than the floor that step fails, naming the range, and pip
+    never reaches an index (``--no-index`` would fail differently if it tried)."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "2.10.0+cpu"\n')
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--dry-run",
+                           "--no-cache-dir", str(root)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "fake")}, cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "supports torch 2.11 or newer" in out and "2.10.0+cpu is installed" in out, out

@@ -112,3 +112,44 @@ def test_accessors_a_traced_step_calls_return_the_listed_symbols():
     assert _private.foreach("norm") is _private.resolve("_foreach_norm")
     assert _private.global_step_hooks() == (_private.resolve("_global_optimizer_pre_hooks"),
                                             _private.resolve("_global_optimizer_post_hooks"))
+
+
+def test_a_release_limit_names_the_release(monkeypatch):
+    for feature, (first, why) in _private.LIMITS.items():
+        monkeypatch.setattr(_private, "RELEASE", first)
+        assert _private.lacks(feature) is None
+        monkeypatch.setattr(_private, "RELEASE", (first[0], first[1] - 1))
+        assert _private.lacks(feature) == f"torch {torch.__version__} cannot: {why}"
+
+
+def test_a_forced_path_this_torch_cannot_take_is_refused_by_name_and_auto_avoids_it(monkeypatch):
+    """Where a release cannot take the lowering (``LIMITS``: CUDA steps on torch 2.11), forcing
+    it fails the compile with an error that names the release; ``auto`` takes the kernel. The
+    CUDA rule's control flow, run on the CPU by declaring its params lacking."""
+    from conftest import clone_lists, eager_call, op_args
+    from torch._inductor import config
+
+    import inductor_lamb
+    from inductor_lamb._inductor import paths
+
+    monkeypatch.setattr(paths, "_lowering_lacks", lambda bound: f"torch {torch.__version__} cannot: (a test)")
+    # (Inductor's cache would serve code lowered earlier: the real limit is the torch release, in its key)
+    monkeypatch.setattr(config, "fx_graph_cache", False)
+    name, args, kwargs = op_args("lamb")
+    try:
+        for path in ("lowering", "auto"):
+            inductor_lamb.set_compile_path(path)
+            torch._dynamo.reset()
+            compiled, eager = clone_lists(args), clone_lists(args)
+            step = torch.compile(eager_call, fullgraph=True)
+            if path == "lowering":
+                with pytest.raises(Exception, match=rf"lamb_step_: the 'lowering' compile path of a CUDA step: "
+                                                    rf"torch {re.escape(torch.__version__)} cannot: \(a test\)"):
+                    step(name, compiled, torch.tensor(0.1), kwargs)
+                continue
+            step(name, compiled, torch.tensor(0.1), kwargs)
+            eager_call(name, eager, torch.tensor(0.1), kwargs)
+            assert all(torch.equal(x, y) for a, b in zip(compiled, eager) for x, y in zip(a, b))
+    finally:
+        inductor_lamb.set_compile_path()
+        torch._dynamo.reset()

@@ -97,7 +97,7 @@ def test_lamb16(lib, cap, set_cap, stochastic):
     set_cap(cap)
     p, g, m = tensors(2, 1.0, 1.0, 0.1)
     m_scale, v_scale = torch.tensor(0.3 / 448), torch.tensor(0.1 / 57344)
-    m8 = (m / m_scale).to(torch.float8_e4m3fn)
+    m8 = (m / m_scale).clamp(-448, 448).to(torch.float8_e4m3fn)  # (saturated: torch 2.11's encoder gives NaN past it)
     v8 = ((m * m + 1e-4) / v_scale).to(torch.float8_e5m2)
     hyp = dict(eps=1e-6, weight_decay=0.01, trust_scale=0.382, stochastic_rounding=stochastic, seed=2**40 + 3)
     lr = 0.02

@@ -82,8 +82,8 @@ struct VecIO<float> {
 
 // float8 (LAMB16's moments), one byte per element. The AVX2 and AVX512 builds
 // convert kWidth elements at a time with vector code; the generic build one at a
-// time with c10's scalar functions. All of them give c10's bits (round to nearest
-// even): tests/test_fp8_avx2.py checks the AVX2 codec on every float32,
+// time with c10's scalar functions. All of them give the same bits (round to nearest
+// even, e4m3 saturating: from_float): tests/test_fp8_avx2.py checks the AVX2 codec on every float32,
 // tests/test_lamb16_op.py every ISA through the op.
 template <typename T>
 struct Fp8Codec {
@@ -101,8 +101,16 @@ struct Fp8Codec {
   // c10's per-element branches; encoded by c10.
   template <bool Unit = false>
   static float to_float(uint8_t x) { return Unit ? table.unit[x] : table.value[x]; }
+  // e4m3 saturates: a finite value past 448 or an infinity is +-448, NaN stays NaN. c10's
+  // encoders do so from torch 2.13 on; torch 2.11 and 2.12 gave NaN, so the value is clamped
+  // first (comparisons pass NaN through), and every release gives the same codes.
+  static constexpr float kE4M3Max = 448.f;
   static uint8_t from_float(float x) {
-    return kE4M3 ? c10::detail::fp8e4m3fn_from_fp32_value(x) : c10::detail::fp8e5m2_from_fp32_value(x);
+    if constexpr (kE4M3) {
+      x = x > kE4M3Max ? kE4M3Max : (x < -kE4M3Max ? -kE4M3Max : x);
+      return c10::detail::fp8e4m3fn_from_fp32_value(x);
+    }
+    return c10::detail::fp8e5m2_from_fp32_value(x);
   }
 #if defined(CPU_CAPABILITY_AVX512)
   template <bool Unit>
@@ -126,7 +134,11 @@ struct Fp8Codec {
     }
   }
   static __m128i from_float(const __m512& x) {
-    return kE4M3 ? at::vec::cvtfp32_fp8e4m3(x) : at::vec::cvtfp32_fp8e5m2(x);
+    if constexpr (kE4M3) {  // (the clamp of the scalar form: maxps and minps return a NaN x, their second operand)
+      const __m512 hi = _mm512_set1_ps(kE4M3Max);
+      return at::vec::cvtfp32_fp8e4m3(_mm512_min_ps(hi, _mm512_max_ps(_mm512_set1_ps(-kE4M3Max), x)));
+    }
+    return at::vec::cvtfp32_fp8e5m2(x);
   }
 #elif defined(CPU_CAPABILITY_AVX2)
   using Grid = std::conditional_t<kE4M3, fp8_avx2::E4M3, fp8_avx2::E5M2>;

@@ -80,6 +80,12 @@ def _kernel_is_the_better_path(spec: OpSpec, bound: dict[str, Any]) -> bool:
     return cost.prefer_engine(spec.step, numels, splits, float(bound.get("max_grad_norm") or 0.0))
 
 
+def _lowering_lacks(bound: dict[str, Any]) -> str | None:
+    """Why this torch's Inductor cannot take the lowering of these params, or None."""
+    params = bound["params"]
+    return _private.lacks("lowering_cuda") if params and params[0].get_device().type == "cuda" else None
+
+
 def _install_lowering(name: str, *, auto: bool = False) -> None:
     lowering_module = _private.inductor_lowering()
     fallback_handler, lowerings, register_lowering = (lowering_module.fallback_handler, lowering_module.lowerings,
@@ -93,7 +99,11 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
     def lowering(*args: Any, **kwargs: Any) -> Any:
         # (the fake implementation already ran the checks while tracing)
         bound = spec.bind(args, kwargs)
-        if auto and _kernel_is_the_better_path(spec, bound):
+        old_torch = _lowering_lacks(bound)
+        if old_torch and not auto:
+            raise RuntimeError(f"{spec.name}: the 'lowering' compile path of a CUDA step: {old_torch}; use "
+                               "set_compile_path('auto') (the CUDA kernel) or 'decomposition'")
+        if auto and (old_torch or _kernel_is_the_better_path(spec, bound)):
             out = external(*args, **kwargs)
             return out if spec.phase == "reduce" else ()
         B = IRBackend()
