@@ -127,15 +127,14 @@ def test_a_forced_path_this_torch_cannot_take_is_refused_by_name_and_auto_avoids
     it fails the compile with an error that names the release; ``auto`` takes the kernel. The
     CUDA rule's control flow, run on the CPU by declaring its params lacking."""
     from conftest import clone_lists, eager_call, op_args
-    from torch._inductor import config
 
     import inductor_lamb
     from inductor_lamb._inductor import paths
 
     monkeypatch.setattr(paths, "_lowering_lacks", lambda bound: f"torch {torch.__version__} cannot: (a test)")
-    # (Inductor's cache would serve code lowered earlier: the real limit is the torch release, in its key)
-    monkeypatch.setattr(config, "fx_graph_cache", False)
-    name, args, kwargs = op_args("lamb")
+    # (shapes of this test's own: Inductor's cache must not serve a graph another test lowered; the
+    # real limit is the torch release, which is in the cache's key)
+    name, args, kwargs = op_args("lamb", shapes=[(13, 3), (), (29,)])
     try:
         for path in ("lowering", "auto"):
             inductor_lamb.set_compile_path(path)
