@@ -11,9 +11,8 @@ import re
 
 __all__ = ["FLOOR", "TESTED", "release", "range_text", "refusal", "untested"]
 
-# The oldest supported release: the first whose custom-op, Dynamo and Inductor APIs the package
-# uses all exist (torch.library.custom_op's register_fake, Inductor's register_lowering of a
-# custom op, FSDP2's fully_shard as torch.distributed.fsdp).
+# The oldest supported release: the oldest CI tests (the GPU images' torch); nothing older is
+# built or tested, so nothing older is accepted.
 FLOOR = (2, 11)
 # The releases CI tests, each in its own virtualenv (docs/install.md: what each runs).
 TESTED = ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")

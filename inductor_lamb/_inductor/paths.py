@@ -100,9 +100,9 @@ def _install_lowering(name: str, *, auto: bool = False) -> None:
         # (the fake implementation already ran the checks while tracing)
         bound = spec.bind(args, kwargs)
         old_torch = _lowering_lacks(bound)
-        if old_torch and not auto:
+        if old_torch and not (auto and _private.has_kernel_for(spec.op.name(), "CUDA")):
             raise RuntimeError(f"{spec.name}: the 'lowering' compile path of a CUDA step: {old_torch}; use "
-                               "set_compile_path('auto') (the CUDA kernel) or 'decomposition'")
+                               "set_compile_path('auto') with the CUDA kernels built, or 'decomposition'")
         if auto and (old_torch or _kernel_is_the_better_path(spec, bound)):
             out = external(*args, **kwargs)
             return out if spec.phase == "reduce" else ()
