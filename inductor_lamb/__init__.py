@@ -15,10 +15,12 @@ from ._inductor import compile_path, set_compile_path
 from ._inductor import install as _install_compile_path
 from .fuse import fuse_optimizer, mark_layerwise
 from .optim import Adagrad, Lamb, Lamb16, Lars, NovoGrad
+from .optim._in_backward import StepInBackward, step_in_backward
 
 __version__ = "0.3.0"
 
-__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad", "fuse_optimizer", "mark_layerwise", "ops", "reference",
+__all__ = ["Adagrad", "Lamb", "Lamb16", "Lars", "NovoGrad", "StepInBackward", "fuse_optimizer", "mark_layerwise", "ops",
+           "reference", "step_in_backward",
            "cpu_capability", "set_cpu_capability", "compile_path", "set_compile_path"]
 
 _CAPABILITIES = ("default", "avx2", "avx512")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from itertools import chain
 from typing import Any, ClassVar, TypedDict
 
@@ -66,6 +66,9 @@ unscale_in_step: GradScaler unscales the grads inside the step (see
             :class:`~inductor_lamb.optim._base.FusedOptimizer`; off: it unscales first).""",
 }
 
+
+# A sub-group's key: the places of a batch's params in their param group (_step_batch).
+_BATCH = "_in_backward_batch"
 
 _VALIDATORS: dict[str, Callable[[Any], None]] = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
 
@@ -157,13 +160,23 @@ class FusedOptimizer(CheckpointState):
         self._stepped_in_graph: Tensor | None = None  # (made with the first group, on its device)
         self._model = ModelTensors()  # every param given, in order (what engines map back to)
         self._host_params = True  # every param a plain CPU tensor (_route)
-        self._plans: dict[int, GroupPlan | None] = {}  # per param group index (_plan)
+        self._plans: dict[Hashable, GroupPlan | None] = {}  # per param group index, or batch (_plan)
+        self._batch_views: dict[Hashable, dict[str, Any]] = {}  # a batch in the backward's sub-group
+        self._in_backward: Any = None  # the handle of step_in_backward (_in_backward)
         self._op_groups: list[OpGroup] = []  # per param group, the group as the ops take it
         self._op_view = OpView(self)  # those views, for a traced step (see OpView)
         super().__init__(params, defaults)
 
+    def __getstate__(self) -> dict[str, Any]:
+        out = super().__getstate__()
+        if self._in_backward is not None:  # (a copy steps after its backward: the user's GradScaler mode)
+            out["_copied"]["_step_supports_amp_scaling"] = self._in_backward._scaling
+        return out
+
     def _rebuild(self) -> None:
         self._plans = {}
+        self._batch_views = {}
+        self._in_backward = None  # (hooks are not copied: a copy steps after its backward)
         self._op_groups = []
         self._op_view = OpView(self)
         self._sync_views()
@@ -263,6 +276,8 @@ class FusedOptimizer(CheckpointState):
         ``torch.optim.Optimizer.zero_grad``; unlike it (``@torch._disable_dynamo``)
         dynamo can trace it, so a whole training step compiles as one graph (traced, it reads the
         groups' views, whose params are the groups' own lists: see OpView)."""
+        if self._in_backward is not None:
+            self._in_backward.boundary(self)
         for group in self._op_view.param_groups if torch.compiler.is_compiling() else self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -340,18 +355,26 @@ class FusedOptimizer(CheckpointState):
             with torch.enable_grad():
                 loss = closure()
         way = self._route()
+        if self._in_backward is not None:
+            self._in_backward.boundary(self)  # (what stepped in the backward: its checks)
         self._record_step(way)
+        self._step_groups(way, [(i, i, group) for i, group in enumerate(self._step_views(way))])
+        return loss
+
+    def _step_groups(self, way: Route, groups: list[tuple[int, Hashable, dict[str, Any]]]) -> None:
+        """The op calls of ``groups``: (param group index, plan key, the group as the ops take it:
+        a whole group's view, or a batch of its params in the backward)."""
         # Every bucket of every group first: bad input raises before any tensor is touched.
-        groups = [(group, *self._buckets_of(group, i, way)) for i, group in enumerate(self._step_views(way))]
+        stepped = [(group, *self._buckets_of(group, index, key, way)) for index, key, group in groups]
         # (GradScaler's found_inf is already the same on every rank with DTensor grads: DTensor
         # maxes it across the mesh when checking the grads, found_inf_reduce_handler)
         try:
             spanning = None  # the clip factor of every group's grads together (_clip_spans_groups)
             if self._clip_spans_groups and float(self.defaults.get("max_grad_norm") or 0.0) > 0:
-                every = [b for _, buckets, _ in groups for b in buckets.values()]
+                every = [b for _, buckets, _ in stepped for b in buckets.values()]
                 if every:
                     spanning = self._clip_factor(every, float(self.defaults["max_grad_norm"]))
-            for group, buckets, plan in groups:
+            for group, buckets, plan in stepped:
                 if not buckets:  # a frozen group, or no grads in this step: nothing to do (as torch.optim)
                     continue
                 # Clipping by the group's global grad norm: the op does it when the
@@ -375,10 +398,9 @@ class FusedOptimizer(CheckpointState):
                 if plan is not None:  # (the prepared calls, in bucket order: see _plan)
                     plan.run(per_bucket)
         finally:
-            for _, _, plan in groups:
+            for _, _, plan in stepped:
                 if plan is not None:
                     plan.release()
-        return loss
 
     def _step_views(self, way: Route) -> list[dict[str, Any]]:
         """The param groups as this step's ops take them, with what was written into the groups
@@ -394,27 +416,61 @@ class FusedOptimizer(CheckpointState):
                 op.check()
         return views
 
-    def _buckets_of(self, group: dict[str, Any], index: int, way: Route) -> tuple[Buckets, GroupPlan | None]:
-        """Param group ``index``'s buckets on route ``way``, and their op calls when the group is
-        planned (an eager step of plain params: :mod:`._plan`)."""
+    def _buckets_of(self, group: dict[str, Any], index: int, key: Hashable, way: Route
+                    ) -> tuple[Buckets, GroupPlan | None]:
+        """The buckets of ``group`` (of param group ``index``) on route ``way``, and their op calls
+        when it is planned under ``key`` (an eager step of plain params: :mod:`._plan`)."""
+        batch = group.get(_BATCH)  # (a batch in the backward: its params' places in the group)
         if not way.eager:
             if way is Route.TRACED_WITH_BACKWARD:
                 # A backward traced into the same graph sets the grads as pending side effects,
                 # which an eager _init_group cannot see: Dynamo refuses it ("pending mutation on
                 # parameter"), so the buckets are traced.
-                return _buckets.make_buckets(self, group, index), None
+                return _buckets.make_buckets(self, group, index, at=batch), None
             return _buckets.group_buckets(self, group, index), None
-        plan = self._plans.get(index)
+        plan = self._plans.get(key)
         grads = plan.holds(self, group) if plan is not None else None
         if plan is not None and grads is not None:
             plan.refresh(grads)
             return plan.buckets, plan
         buckets = _deepspeed.flat_buckets(self, group)  # (a group of an engine's flat partitions)
         if buckets is None:
-            buckets = _buckets.group_buckets(self, group, index)
+            buckets = (_buckets.group_buckets(self, group, index) if batch is None
+                       else _buckets.make_buckets(self, group, index, at=batch))
         plan = GroupPlan(self, group, buckets) if GroupPlan.plannable(self, group, buckets) else None
-        self._plans[index] = plan
+        self._plans[key] = plan
         return buckets, plan
+
+    def _step_batch(self, batch: dict[int, list[int]]) -> None:
+        """Steps a batch of params whose grads the backward has made (param group index: the
+        params' places in the group, in order), then frees their grads: what
+        :func:`~inductor_lamb.step_in_backward`'s hooks call (:mod:`._in_backward`). Each group's
+        share steps as a sub-group of the group's view, with the same values, so with the same
+        bits as a whole step (the ops' math and rounding are per tensor); its op calls are
+        planned under the batch's places, which the next backward repeats."""
+        way = route(conditions(self._host_params, in_backward=True))
+        self._record_step(way)
+        views = self._step_views(way)
+        groups: list[tuple[int, Hashable, dict[str, Any]]] = []
+        for index, at in batch.items():
+            view = views[index]
+            key = (index, tuple(at))
+            sub = self._batch_views.get(key)
+            # (reused while the view's values are the same objects: the plan's check of the group)
+            if sub is None or len(sub) != len(view) + 1 or \
+                    not all(sub[k] is v for k, v in view.items() if k not in ("params", "param_names")):
+                params, names = view["params"], view.get("param_names")
+                sub = {**view, "params": [params[i] for i in at], _BATCH: list(at)}
+                if names:
+                    sub["param_names"] = [names[i] for i in at]
+                self._batch_views[key] = sub
+            groups.append((index, key, sub))
+        try:
+            self._step_groups(way, groups)
+        finally:
+            for _, _, sub in groups:
+                for p in sub["params"]:
+                    p.grad = None
 
     def _record_step(self, way: Route) -> None:
         """Records that a step ran, for LR schedulers' ``_opt_called`` (read once, eagerly, on a

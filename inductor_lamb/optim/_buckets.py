@@ -76,18 +76,20 @@ def group_buckets(opt: Stepped, group: dict[str, Any], index: int) -> Buckets:
     return buckets
 
 
-def make_buckets(opt: Stepped, group: dict[str, Any], index: int, unsharded: bool = False) -> Buckets:
+def make_buckets(opt: Stepped, group: dict[str, Any], index: int, unsharded: bool = False,
+                 at: list[int] | None = None) -> Buckets:
     """Params with a grad, with their state, grouped by (device, dtype, sharding); lists hold
     local shards of DTensors. Checks every DTensor's layout before anything runs. ``unsharded``: the
     caller found no DTensor and no sparse grad (the per-tensor sharding checks are skipped: the
-    eager step's per-param Python)."""
+    eager step's per-param Python). ``at``: ``group`` is a batch of param group ``index``'s params
+    in the backward, these their places in it (what errors name)."""
     buckets: Buckets = {}
     meshes: dict[tuple[torch.device, torch.dtype], tuple[Any, str]] = {}
     names = group.get("param_names")  # set when built from model.named_parameters()
     who = type(opt).__name__
 
     def name(i: int) -> str:
-        return repr(names[i]) if names else f"{i} of param group {index}"
+        return repr(names[i]) if names else f"{i if at is None else at[i]} of param group {index}"
 
     def bucket(key: tuple[Any, ...], **fields: Any) -> Bucket:
         if key not in buckets:

@@ -1,0 +1,238 @@
+"""The step inside the backward: each param steps as soon as the backward has made its final grad,
+which is then freed, so a training step never holds every grad at once.
+
+A layer-wise step needs nothing global: a param's trust ratio (LAMB, LAMB16), local lr (LARS) or
+layer-wise second moment (NovoGrad) reads only its own grad, and Adagrad is element-wise. So the
+step of a param can run the moment its grad is final.
+
+How: a post-accumulate-grad hook on every param of the optimizer (it fires once per backward,
+after the last contribution to the grad, also for a param used twice) collects the param into
+a batch; a batch of ``bucket_bytes`` of grads steps as one fused call per bucket
+(``FusedOptimizer._step_batch``: the :class:`~._route.Route` ``IN_BACKWARD``, planned like a
+whole group's step), and its grads are freed. The end of the backward (the autograd engine's
+queued callback) steps what is left. ``opt.step()`` then finds no grads left (it steps what did
+not step in the backward) and ``opt.zero_grad()`` none to free: a training loop stays as it was.
+
+What cannot work is refused before anything steps:
+
+- clipping by a norm over several params (``max_grad_norm``): the first grads are stepped and
+  freed before the last are made;
+- ``torch.amp.GradScaler``: its inf check would come after the params stepped with the scaled
+  grads, and a partial update cannot be undone. Its ``step`` is refused (the backward before it
+  has stepped: build the scaler, or this, not both; bfloat16 autocast needs no scaler);
+- a second backward that steps before ``opt.step()`` or ``opt.zero_grad()`` ends the training step
+  (gradient accumulation stepping on every micro-batch): accumulate inside :meth:`no_step`, which
+  leaves the grads to the next backward, like DDP's ``no_sync``;
+- plain params in a process group of several ranks (DDP averages the grads after the backward;
+  the step would read one rank's grad). DTensor params (FSDP2) step with their sharded grads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["StepInBackward", "step_in_backward"]
+
+# Grads a batch collects before it steps: a step's temporaries stay small, and few op calls
+# (DDP's own bucket is 25 MiB).
+DEFAULT_BUCKET_BYTES = 16 * 2**20
+
+
+def _task_id() -> int:
+    """The running backward's graph task (a new one per ``backward()``; -1 outside one)."""
+    return int(torch._C._current_graph_task_id())
+
+
+class StepInBackward:
+    """The handle :func:`step_in_backward` returns: :meth:`remove` returns to ordinary steps,
+    :meth:`no_step` accumulates grads; also a context manager (removed on exit)."""
+
+    def __init__(self, opt: Any, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+        from ._base import FusedOptimizer
+
+        if not isinstance(opt, FusedOptimizer):
+            raise TypeError(f"step_in_backward takes an inductor_lamb optimizer (Lamb, Lamb16, Lars, NovoGrad, "
+                            f"Adagrad), got {type(opt).__name__}")
+        if opt._in_backward is not None:
+            raise RuntimeError(f"{type(opt).__name__} already steps in the backward: remove() its handle first")
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 0:
+            raise ValueError(f"step_in_backward: bucket_bytes must be an int >= 0, got {bucket_bytes!r}")
+        self.optimizer = opt
+        self.bucket_bytes = bucket_bytes
+        self._check_clipping()
+        self._places: dict[int, tuple[int, int]] = {}  # id(param): (param group index, place in it)
+        self._groups: list[list[Tensor]] = []  # the group's params lists the places were read from
+        self._hooks = []
+        seen: set[int] = set()
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._ready))
+        self._pending: dict[int, list[int]] = {}
+        self._pending_bytes = 0
+        self._task = -1            # the backward whose end is queued
+        self._stepped = False      # a backward stepped since the last opt.step() / zero_grad()
+        self._paused = 0           # depth of no_step()
+        self._scaling = opt._step_supports_amp_scaling
+        # GradScaler then hands its scale to step() (which refuses it) instead of asserting on
+        # finding no grads to unscale.
+        opt._step_supports_amp_scaling = True
+        opt._in_backward = self
+
+    # ---- what users call -----------------------------------------------------------------
+
+    def remove(self) -> None:
+        """Back to ordinary steps: the hooks are removed (call it between training steps)."""
+        if self.optimizer._in_backward is not self:
+            return
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.optimizer._step_supports_amp_scaling = self._scaling
+        self.optimizer._in_backward = None
+
+    @contextlib.contextmanager
+    def no_step(self) -> Iterator[None]:
+        """Backward passes inside only accumulate grads (gradient accumulation's micro-batches,
+        like DDP's ``no_sync``); the first backward after it steps with the accumulated grads."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def __enter__(self) -> StepInBackward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # ---- the hooks -------------------------------------------------------------------------
+
+    def _ready(self, p: Tensor) -> None:
+        """A param's grad is final (its post-accumulate-grad hook)."""
+        if self._paused:
+            return
+        task = _task_id()
+        if task != self._task:
+            self._begin(p)
+            self._task = task
+        index, place = self._place(p)
+        self._pending.setdefault(index, []).append(place)
+        self._pending_bytes += p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
+        if self._pending_bytes >= self.bucket_bytes:
+            self._step_pending()
+
+    def _begin(self, p: Tensor) -> None:
+        """The first hook of a backward: checks (nothing of it has stepped), then queues its end."""
+        opt = self.optimizer
+        if self._stepped:
+            raise RuntimeError(
+                f"{type(opt).__name__} stepped in the last backward, and this backward would step again before "
+                "opt.step() or opt.zero_grad() ended the training step: for gradient accumulation, run the "
+                "micro-batches' backward inside handle.no_step() (their grads accumulate; the next backward "
+                "steps with them)")
+        self._check_clipping()
+        if _several_ranks() and not _is_dtensor(p):
+            raise RuntimeError(
+                f"step_in_backward: {type(opt).__name__}'s params are plain tensors in a process group of "
+                f"{torch.distributed.get_world_size()} ranks: DDP averages the grads after the backward, and a "
+                "step inside it would read this rank's own. Step after the backward (remove the handle), or "
+                "shard the params with FSDP2 (fully_shard), whose hooks run after the reduce-scatter")
+        self._pending.clear()  # (left by a backward that failed: its grads stay for opt.step())
+        self._pending_bytes = 0
+        torch.autograd.Variable._execution_engine.queue_callback(self._end)
+
+    def _end(self) -> None:
+        """The end of the backward: what is left steps."""
+        self._task = -1
+        self._step_pending()
+
+    def _step_pending(self) -> None:
+        if not self._pending:
+            return
+        batch = {index: sorted(places) for index, places in self._pending.items()}
+        self._pending = {}
+        self._pending_bytes = 0
+        self._stepped = True
+        self.optimizer._step_batch(batch)
+
+    def _place(self, p: Tensor) -> tuple[int, int]:
+        groups = [g["params"] for g in self.optimizer.param_groups]
+        if len(groups) != len(self._groups) or not all(a is b for a, b in zip(groups, self._groups)):
+            self._groups = groups
+            self._places = {id(q): (i, k) for i, params in enumerate(groups) for k, q in enumerate(params)}
+        place = self._places.get(id(p))
+        if place is None:
+            raise RuntimeError(f"step_in_backward: a param hooked for {type(self.optimizer).__name__} is no longer "
+                               "in its param groups; remove() the handle before changing them")
+        return place
+
+    # ---- step() and zero_grad() --------------------------------------------------------------
+
+    def boundary(self, opt: Any) -> None:
+        """``opt.step()`` or ``opt.zero_grad()``: the end of a training step."""
+        if self._stepped and (getattr(opt, "grad_scale", None) is not None
+                              or getattr(opt, "found_inf", None) is not None):
+            raise RuntimeError(
+                f"torch.amp.GradScaler cannot drive {type(opt).__name__} stepping in the backward: the params have "
+                "already stepped with the scaled grads, before the scaler could check them for infs and skip "
+                "the step. Use bfloat16 autocast (no scaler), or step after the backward (remove the handle)")
+        self._stepped = False
+
+    def _check_clipping(self) -> None:
+        opt = self.optimizer
+        values = ([("defaults", opt.defaults)] if opt._clip_spans_groups
+                  else [(f"param_groups[{i}]", g) for i, g in enumerate(opt.param_groups)])
+        for where, group in values:
+            if float(group.get("max_grad_norm") or 0.0) > 0:
+                raise ValueError(
+                    f"{type(opt).__name__}: {where}['max_grad_norm'] is {group['max_grad_norm']}: clipping by the "
+                    "norm of several grads cannot run inside the backward, which steps and frees the first grads "
+                    "before the last are made. Set it to 0, or step after the backward")
+
+
+def _several_ranks() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _is_dtensor(p: Tensor) -> bool:
+    from ._sharding import dtensor_type
+
+    dtensor = dtensor_type()
+    return dtensor is not None and isinstance(p, dtensor)
+
+
+def step_in_backward(opt: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> StepInBackward:
+    """Makes every ``loss.backward()`` step ``opt``'s params as the backward makes their grads,
+    and free those grads: a training step never holds every grad at once.
+
+    One line added to an ordinary loop; ``opt.step()`` and ``opt.zero_grad()`` stay (they step
+    and free what did not step in the backward), LR schedulers drive ``opt`` as before, and its
+    state dicts are the ordinary ones. The params step with the bits of an ordinary step.
+
+    Args:
+        opt: an inductor_lamb optimizer.
+        bucket_bytes: the grads (in bytes) a batch collects before it steps as one fused call
+            per bucket; what is left steps at the end of the backward. 0: every param steps
+            alone, as soon as its grad is made.
+
+    Returns:
+        A handle: ``handle.remove()`` returns to ordinary steps, ``with handle.no_step():``
+        accumulates grads over micro-batches (the next backward steps with them); as a context
+        manager, it is removed on exit.
+
+    Raises:
+        ValueError: a param group clips by a grad norm (``max_grad_norm``).
+        RuntimeError: at a backward, or the ``step`` after it, that cannot step in the backward
+            (see :mod:`inductor_lamb.optim._in_backward`): GradScaler, a second stepping backward
+            before the training step ended, plain params in several ranks (DDP).
+    """
+    return StepInBackward(opt, bucket_bytes)
