@@ -250,3 +250,48 @@ def test_route():
     assert route(Conditions(False, False, False, True, in_backward=True)) is Route.IN_BACKWARD
     assert route(Conditions(True, False, False, True, in_backward=True)) is Route.TRACED_WITH_BACKWARD
     assert Route.IN_BACKWARD.eager
+
+
+@pytest.mark.parametrize("cls", [inductor_lamb.Lamb, inductor_lamb.Lamb16])
+def test_compiled_autograd_traces_the_steps_into_the_backward(cls):
+    """Under compiled autograd the hooks' op calls are in the backward graph (at its end: compiled
+    autograd moves a param's hook before the backward's last read of the param): one compile, no
+    graph break and no recompile while the lr changes, and the bits of the ordinary step after
+    the same compiled forward and backward."""
+    from torch._dynamo import compiled_autograd
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    def run(in_backward: bool):
+        torch._dynamo.reset()
+        counters.clear()
+        model = Net(torch.bfloat16)
+        opt = cls(model.parameters(), lr=torch.tensor(1e-2), weight_decay=0.1)
+        if in_backward:
+            inductor_lamb.step_in_backward(opt, bucket_bytes=0)
+        backend = CompileCounterWithBackend("inductor")
+        # (the forward compiled too, as compiled autograd's recipes do: an eager forward saves views
+        # of the params, which AOTAutograd refuses beside the params the steps write)
+        forward = torch.compile(lambda x: model(x).float().square().mean())
+        for i in range(4):
+            loss = forward(torch.randn(8, 12, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16))
+            with compiled_autograd._enable(torch.compile(backend=backend, fullgraph=True)):
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+            opt.param_groups[0]["lr"].fill_(1e-2 / (i + 2))
+        assert all(p.grad is None for p in model.parameters())
+        return model, backend
+
+    # (bfloat16 grads that feed the step inside the graph are rounded as a graph output's are)
+    with torch._inductor.config.patch(emulate_precision_casts=True):
+        ordinary, _ = run(False)
+        stepped, backend = run(True)
+    assert backend.frame_count == 1 and not counters["graph_break"]
+    op = cls._layout.spec.op
+    calls = [n for g in backend.graphs for n in g.graph.nodes if n.target is op or getattr(n.target, "_op", None) is op
+             or "lamb" in str(n.target)]
+    assert len(calls) >= sum(p.requires_grad for p in stepped.parameters()) - 1, backend.graphs[0].code
+    for (name, p), q in zip(ordinary.named_parameters(), stepped.parameters()):
+        assert torch.equal(p, q), name
+

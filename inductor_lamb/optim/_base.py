@@ -441,13 +441,14 @@ class FusedOptimizer(CheckpointState):
         self._plans[key] = plan
         return buckets, plan
 
-    def _step_batch(self, batch: dict[int, list[int]]) -> None:
+    def _step_batch(self, batch: dict[int, list[int]], params: list[Tensor] | None = None) -> None:
         """Steps a batch of params whose grads the backward has made (param group index: the
         params' places in the group, in order), then frees their grads: what
         :func:`~inductor_lamb.step_in_backward`'s hooks call (:mod:`._in_backward`). Each group's
         share steps as a sub-group of the group's view, with the same values, so with the same
         bits as a whole step (the ops' math and rounding are per tensor); its op calls are
-        planned under the batch's places, which the next backward repeats."""
+        planned under the batch's places, which the next backward repeats. ``params``: the batch's
+        params as given (one group's; a traced hook's, which are graph inputs)."""
         way = route(conditions(self._host_params, in_backward=True))
         self._record_step(way)
         views = self._step_views(way)
@@ -455,15 +456,18 @@ class FusedOptimizer(CheckpointState):
         for index, at in batch.items():
             view = views[index]
             key = (index, tuple(at))
-            sub = self._batch_views.get(key)
-            # (reused while the view's values are the same objects: the plan's check of the group)
+            # (reused while the view's values are the same objects, the plan's check of the group;
+            # a traced step, whose buckets are traced, makes it anew)
+            sub = self._batch_views.get(key) if way.eager else None
             if sub is None or len(sub) != len(view) + 1 or \
                     not all(sub[k] is v for k, v in view.items() if k not in ("params", "param_names")):
-                params, names = view["params"], view.get("param_names")
-                sub = {**view, "params": [params[i] for i in at], _BATCH: list(at)}
+                group_params, names = view["params"], view.get("param_names")
+                sub = {**view, "params": params if params is not None else [group_params[i] for i in at],
+                       _BATCH: list(at)}
                 if names:
                     sub["param_names"] = [names[i] for i in at]
-                self._batch_views[key] = sub
+                if way.eager:
+                    self._batch_views[key] = sub
             groups.append((index, key, sub))
         try:
             self._step_groups(way, groups)

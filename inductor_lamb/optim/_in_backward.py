@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _private
+
 __all__ = ["StepInBackward", "step_in_backward"]
 
 # Grads a batch collects before it steps: a step's temporaries stay small, and few op calls
@@ -65,20 +67,15 @@ class StepInBackward:
         self.optimizer = opt
         self.bucket_bytes = bucket_bytes
         self._check_clipping()
-        self._places: dict[int, tuple[int, int]] = {}  # id(param): (param group index, place in it)
-        self._groups: list[list[Tensor]] = []  # the group's params lists the places were read from
-        self._hooks = []
-        seen: set[int] = set()
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
-                    self._hooks.append(p.register_post_accumulate_grad_hook(self._ready))
+        self._groups: list[list[Tensor]] = []  # each hooked group's params list
+        self._hooks: list[Any] = []
+        self._hook_new_groups()
         self._pending: dict[int, list[int]] = {}
         self._pending_bytes = 0
         self._task = -1            # the backward whose end is queued
         self._stepped = False      # a backward stepped since the last opt.step() / zero_grad()
         self._paused = 0           # depth of no_step()
+        self._traced: list[tuple[int, int, Tensor]] = []  # compiled autograd's hooks, traced so far
         self._scaling = opt._step_supports_amp_scaling
         # GradScaler then hands its scale to step() (which refuses it) instead of asserting on
         # finding no grads to unscale.
@@ -115,15 +112,47 @@ class StepInBackward:
 
     # ---- the hooks -------------------------------------------------------------------------
 
-    def _ready(self, p: Tensor) -> None:
-        """A param's grad is final (its post-accumulate-grad hook)."""
-        if self._paused:
-            return
+    def _hook_new_groups(self) -> None:
+        """Hooks the params of groups added since (``add_param_group``): each hook knows its
+        param's place (no lookup by identity, which a trace of the hook could not follow)."""
+        groups = self.optimizer.param_groups
+        for index in range(len(self._groups), len(groups)):
+            params = groups[index]["params"]
+            self._groups.append(params)
+            for place, p in enumerate(params):
+                if p.requires_grad:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._hook(index, place)))
+
+    def _hook(self, index: int, place: int) -> Any:
+        def hook(p: Tensor) -> None:
+            if self._paused:
+                return
+            if torch.compiler.is_compiling():
+                # Compiled autograd traces the hooks into its backward graph, but moves each one
+                # to right after its param's grad is made, before the backward's last read of
+                # the param (measured on torch 2.13): a step there would change grads still to
+                # come. The steps are traced at the graph's end (its final callbacks) instead.
+                if not self._traced:
+                    torch.autograd.Variable._execution_engine.queue_callback(self._end_traced)
+                self._traced.append((index, place, p))
+            else:
+                self._ready(p, index, place)
+
+        return hook
+
+    def _end_traced(self) -> None:
+        """The end of a backward graph traced by compiled autograd: its params step there."""
+        traced, self._traced = self._traced, []
+        for index, place, p in traced:
+            # (the param as the graph has it: the group's would be a second input aliasing it)
+            self.optimizer._step_batch({index: [place]}, params=[p])
+
+    def _ready(self, p: Tensor, index: int, place: int) -> None:
+        """A param's grad is final (its post-accumulate-grad hook, run eagerly)."""
         task = _task_id()
         if task != self._task:
             self._begin(p)
             self._task = task
-        index, place = self._place(p)
         self._pending.setdefault(index, []).append(place)
         self._pending_bytes += p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
         if self._pending_bytes >= self.bucket_bytes:
@@ -139,6 +168,12 @@ class StepInBackward:
                 "micro-batches' backward inside handle.no_step() (their grads accumulate; the next backward "
                 "steps with them)")
         self._check_clipping()
+        groups = opt.param_groups
+        if any(groups[i]["params"] is not params for i, params in enumerate(self._groups[:len(groups)])) or \
+                len(groups) < len(self._groups):
+            raise RuntimeError(f"step_in_backward: {type(opt).__name__}'s param groups changed since its params were "
+                               "hooked; remove() the handle before changing them, and hook them again")
+        self._hook_new_groups()
         if _several_ranks() and not _is_dtensor(p):
             raise RuntimeError(
                 f"step_in_backward: {type(opt).__name__}'s params are plain tensors in a process group of "
@@ -163,17 +198,6 @@ class StepInBackward:
         self._stepped = True
         self.optimizer._step_batch(batch)
 
-    def _place(self, p: Tensor) -> tuple[int, int]:
-        groups = [g["params"] for g in self.optimizer.param_groups]
-        if len(groups) != len(self._groups) or not all(a is b for a, b in zip(groups, self._groups)):
-            self._groups = groups
-            self._places = {id(q): (i, k) for i, params in enumerate(groups) for k, q in enumerate(params)}
-        place = self._places.get(id(p))
-        if place is None:
-            raise RuntimeError(f"step_in_backward: a param hooked for {type(self.optimizer).__name__} is no longer "
-                               "in its param groups; remove() the handle before changing them")
-        return place
-
     # ---- step() and zero_grad() --------------------------------------------------------------
 
     def boundary(self, opt: Any) -> None:
@@ -196,6 +220,12 @@ class StepInBackward:
                     f"{type(opt).__name__}: {where}['max_grad_norm'] is {group['max_grad_norm']}: clipping by the "
                     "norm of several grads cannot run inside the backward, which steps and frees the first grads "
                     "before the last are made. Set it to 0, or step after the backward")
+
+
+# A backward run eagerly inside a compiled function (after its graph break at ``backward()``) runs
+# the hooks as frames Dynamo would compile, one per param: they run eagerly, with all they call,
+# and compiled autograd still inlines them into its graph.
+_private.run_eagerly_as_a_frame(StepInBackward._hook(None, 0, 0))  # type: ignore[arg-type]
 
 
 def _several_ranks() -> bool:
