@@ -263,6 +263,56 @@ def _fsdp_gaps(opt_name: str, mesh) -> None:
     assert all(p not in opt.state for p in model[3].parameters())
 
 
+def fsdp_in_backward(rank: int, world: int, opt_names: list[str]) -> None:
+    """step_in_backward under FSDP2: FSDP2 runs the hooks on the sharded params after the
+    reduce-scatter; each batch steps with one collective of partial norms, on every rank alike,
+    and the run is the whole model's ordinary one. Then DDP's plain params: refused before
+    anything steps."""
+    mesh = init_device_mesh("cpu", (world,))
+    each(opt_names, lambda name: _fsdp_in_backward(name, mesh))
+    model = nn.parallel.DistributedDataParallel(make_model())
+    opt = Lamb(model.parameters(), lr=LRS[0])
+    inductor_lamb.step_in_backward(opt)
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = batch(0)
+    try:
+        nn.functional.mse_loss(model(x), y).backward()
+    except RuntimeError as e:
+        assert "plain tensors in a process group of 2 ranks: DDP averages the grads" in str(e), e
+    else:
+        raise AssertionError("a step in the backward of DDP's params was not refused")
+    assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))
+
+
+def _fsdp_in_backward(opt_name: str, mesh) -> None:
+    from inductor_lamb.optim import _sharding
+
+    ref_model = make_model()
+    model = shard_model(copy.deepcopy(ref_model), mesh)
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
+    inductor_lamb.step_in_backward(opt, bucket_bytes=200)  # (several batches a backward)
+    batches, collectives = [], []
+    step_batch, combine = opt._step_batch, _sharding.combine
+    opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
+    _sharding.combine = lambda *a, **kw: (collectives.append(1), combine(*a, **kw))[1]
+    try:
+        for k in range(5):
+            for m, o in ((model, opt), (ref_model, ref)):
+                set_lr(o, k)  # (before the backward, which steps)
+                x, y = batch(k)
+                nn.functional.mse_loss(m(x), y).backward()
+                o.step()
+                o.zero_grad()
+    finally:
+        _sharding.combine = combine
+    assert_same_run(opt, ref, f"FSDP2 {opt_name} stepping in the backward")
+    assert all(p.grad is None for p in model.parameters())
+    assert 5 < len(batches) < 5 * len(list(model.parameters())), batches
+    reductions = opt._layout.spec.reductions
+    assert len(collectives) == (len(batches) if reductions else 0), (len(collectives), len(batches))
+
+
 # ---- bad input ----------------------------------------------------------------------------
 
 

@@ -55,6 +55,12 @@ def test_fsdp2_frozen_and_gradless_groups():
     spawn("fsdp_gaps", 2, ["lamb_clip", "lamb16", "lars", "adagrad", "novograd"])
 
 
+def test_fsdp2_steps_in_the_backward_and_ddp_is_refused():
+    """step_in_backward on FSDP2's sharded params: the whole model's ordinary run, one collective
+    of partial norms a batch; DDP's plain params refused."""
+    spawn("fsdp_in_backward", 2, ["lamb", "lamb16", "lars", "adagrad", "novograd", "lamb16_sr_bf16"])
+
+
 def test_bad_sharding_raises_naming_the_param():
     """Partial placements, mixed meshes, grads or state sharded unlike their param,
     a plain grad of a DTensor param; and fuse_optimizer on DTensors."""
