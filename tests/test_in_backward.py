@@ -295,3 +295,31 @@ def test_compiled_autograd_traces_the_steps_into_the_backward(cls):
     for (name, p), q in zip(ordinary.named_parameters(), stepped.parameters()):
         assert torch.equal(p, q), name
 
+
+
+@pytest.mark.parametrize("clip", ["clip_grad_norm_", "clip_grad_value_"])
+def test_clipping_after_the_grads_are_gone_is_refused(clip):
+    """torch's clipping finds no grads after a backward that stepped: it would clip nothing and
+    report a norm of 0. Refused by name while the handle is active; torch's own function again
+    once it is removed."""
+    model = Net()
+    opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
+    original = getattr(torch.nn.utils, clip)
+    handle = inductor_lamb.step_in_backward(opt)
+    with handle.no_step():  # (grads accumulated, nothing stepped: clipping them is allowed)
+        loss_of(model, 0, torch.float32).backward()
+    getattr(torch.nn.utils, clip)(model.parameters(), 1.0)
+    loss_of(model, 1, torch.float32).backward()
+    for fn in (getattr(torch.nn.utils, clip), getattr(torch.nn.utils.clip_grad, clip)):
+        with pytest.raises(RuntimeError, match=f"torch.nn.utils.{clip} after a backward in which Lamb stepped"):
+            fn(model.parameters(), 1.0)
+    other = torch.nn.Linear(3, 3)
+    other(torch.randn(2, 3)).sum().backward()
+    getattr(torch.nn.utils, clip)(other.parameters(), 1.0)  # (params of no handle: torch's)
+    opt.step()
+    opt.zero_grad()
+    with handle.no_step():  # (a new training step)
+        loss_of(model, 2, torch.float32).backward()
+    getattr(torch.nn.utils, clip)(model.parameters(), 1.0)
+    handle.remove()
+    assert getattr(torch.nn.utils, clip) is original and getattr(torch.nn.utils.clip_grad, clip) is original

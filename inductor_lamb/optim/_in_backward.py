@@ -16,7 +16,8 @@ not step in the backward) and ``opt.zero_grad()`` none to free: a training loop 
 What cannot work is refused before anything steps:
 
 - clipping by a norm over several params (``max_grad_norm``): the first grads are stepped and
-  freed before the last are made;
+  freed before the last are made; ``torch.nn.utils.clip_grad_norm_`` (and ``clip_grad_value_``)
+  after such a backward, which would find no grads and clip nothing;
 - ``torch.amp.GradScaler``: its inf check would come after the params stepped with the scaled
   grads, and a partial update cannot be undone. Its ``step`` is refused (the backward before it
   has stepped: build the scaler, or this, not both; bfloat16 autocast needs no scaler);
@@ -30,6 +31,7 @@ What cannot work is refused before anything steps:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +70,7 @@ class StepInBackward:
         self.bucket_bytes = bucket_bytes
         self._check_clipping()
         self._groups: list[list[Tensor]] = []  # each hooked group's params list
+        self._hooked: set[int] = set()  # id() of every hooked param (what clipping refuses)
         self._hooks: list[Any] = []
         self._hook_new_groups()
         self._pending: dict[int, list[int]] = {}
@@ -81,6 +84,7 @@ class StepInBackward:
         # finding no grads to unscale.
         opt._step_supports_amp_scaling = True
         opt._in_backward = self
+        _activate(self)
 
     # ---- what users call -----------------------------------------------------------------
 
@@ -93,6 +97,7 @@ class StepInBackward:
         self._hooks = []
         self.optimizer._step_supports_amp_scaling = self._scaling
         self.optimizer._in_backward = None
+        _deactivate(self)
 
     @contextlib.contextmanager
     def no_step(self) -> Iterator[None]:
@@ -121,6 +126,7 @@ class StepInBackward:
             self._groups.append(params)
             for place, p in enumerate(params):
                 if p.requires_grad:
+                    self._hooked.add(id(p))
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._hook(index, place)))
 
     def _hook(self, index: int, place: int) -> Any:
@@ -226,6 +232,52 @@ class StepInBackward:
 # the hooks as frames Dynamo would compile, one per param: they run eagerly, with all they call,
 # and compiled autograd still inlines them into its graph.
 _private.run_eagerly_as_a_frame(StepInBackward._hook(None, 0, 0))  # type: ignore[arg-type]
+
+
+# ---- clipping after the backward -------------------------------------------------------------
+# torch.nn.utils.clip_grad_norm_ / clip_grad_value_ skip params without a grad: after a backward
+# that stepped, they would clip nothing and return a norm of 0 (what frameworks log, and how
+# clipping silently did nothing in other steps-in-the-backward). While a handle is active they
+# refuse such params by name.
+_ACTIVE: list[StepInBackward] = []
+_CLIPS = ("clip_grad_norm_", "clip_grad_value_")
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _refusing(name: str, clip: Any) -> Any:
+    @functools.wraps(clip)
+    def wrapper(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+        for handle in _ACTIVE:
+            if handle._stepped and any(id(p) in handle._hooked for p in params):
+                raise RuntimeError(
+                    f"torch.nn.utils.{name} after a backward in which {type(handle.optimizer).__name__} stepped "
+                    "its params and freed their grads (step_in_backward): there is nothing left to clip. Clip "
+                    "inside the optimizer (max_grad_norm) only when stepping after the backward; with "
+                    "step_in_backward, leave clipping off (HF Trainer: max_grad_norm=0; Lightning: no "
+                    "gradient_clip_val; timm: no --clip-grad)")
+        return clip(params, *args, **kwargs)
+
+    return wrapper
+
+
+def _activate(handle: StepInBackward) -> None:
+    if not _ACTIVE:
+        for name in _CLIPS:
+            for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+                original = getattr(module, name)
+                _ORIGINAL.setdefault(name, original)
+                setattr(module, name, _refusing(name, _ORIGINAL[name]))
+    _ACTIVE.append(handle)
+
+
+def _deactivate(handle: StepInBackward) -> None:
+    if handle in _ACTIVE:
+        _ACTIVE.remove(handle)
+    if not _ACTIVE:
+        for name, original in _ORIGINAL.items():
+            for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+                setattr(module, name, original)
 
 
 def _several_ranks() -> bool:
