@@ -42,9 +42,10 @@ from .. import _private
 
 __all__ = ["StepInBackward", "step_in_backward"]
 
-# Grads a batch collects before it steps: a step's temporaries stay small, and few op calls
-# (DDP's own bucket is 25 MiB).
-DEFAULT_BUCKET_BYTES = 16 * 2**20
+# Grads a batch collects before it steps (measured, benchmarks/bench_in_backward.py): smaller
+# batches keep fewer grads alive at once; below a few MiB, the host cost of more op calls shows
+# on small tensors.
+DEFAULT_BUCKET_BYTES = 8 * 2**20
 
 
 def _task_id() -> int:
