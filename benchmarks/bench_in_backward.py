@@ -6,16 +6,17 @@ and PyTorch's tutorial pattern (one optimizer per param, stepped from each param
 
 Every row runs in a fresh process (``--row``), with glibc told to return freed large blocks to
 the system (``MALLOC_MMAP_THRESHOLD_=65536``: without it a process keeps them and the rows hardly
-differ). Its peak is the process's peak resident memory (``ru_maxrss``) over 4 training steps,
+differ). Its peak is the process's peak resident memory (``ru_maxrss``) over 8 training steps,
 less its resident memory before the model was made (after the same steps of a tiny model, which
 load what the first step imports: about 100 MB of code, not memory a param); divided by the params, it is what the
 params, the optimizer state, the grads alive at the peak, the activations and the step's
 temporaries take per param. Time: the median training step (forward, backward, step) of the
-last 3. Rows alternate in each round (these hosts are noisy); the table gives each row's median
+last 6. Rows alternate in each round (these hosts are noisy); the table gives each row's median
 over the rounds, and the ratio to the ordinary step of the same optimizer and params.
 
-Two models: ``wide`` (8 Linear layers of 2048x2048, 33.6M params: memory) and ``many`` (96
-Linear layers of 64x64, 192 tensors of 4K elements: the host cost of the extra op calls).
+Two models: ``wide`` (8 Linear layers of 2048x2048, 33.6M params: memory and time) and ``many``
+(96 Linear layers of 64x64, 192 tensors of 4K elements: the host cost of the hooks and op calls;
+its 0.4M params are too few for a peak a param, left out).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
         return cls(params, lr=1e-3)
 
     def train(layers: int, width: int) -> tuple[list[float], int, int]:
-        """4 training steps of a fresh model; the step times, the op calls in the backward, the params."""
+        """8 training steps of a fresh model; the step times, the op calls a backward, the params."""
         x = torch.randn(16, width, generator=torch.Generator().manual_seed(0)).to(dtype)
         torch.manual_seed(0)
         model = torch.nn.Sequential(*(torch.nn.Linear(width, width, dtype=dtype) for _ in range(layers)))
@@ -95,7 +96,7 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
 
                 opt._step_batch = counted
         times = []
-        for _ in range(4):
+        for _ in range(8):
             t0 = time.perf_counter()
             model(x).float().square().mean().backward()
             if opt is not None:
@@ -109,8 +110,8 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
     base = rss_bytes()
     times, calls, n = train(*MODELS[model_name])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"bytes_per_param": (peak - base) / n, "step_ms": 1e3 * statistics.median(times[1:]),
-            "calls_per_backward": calls / 4 if how == "in_backward" else None, "params": n}
+    return {"bytes_per_param": (peak - base) / n, "step_ms": 1e3 * statistics.median(times[2:]),
+            "calls_per_backward": calls / 8 if how == "in_backward" else None, "params": n}
 
 
 def main() -> None:
@@ -148,7 +149,8 @@ def main() -> None:
             ms = statistics.median(r["step_ms"] for r in rows)
             base = statistics.median(r["step_ms"] for r in results[(model, name, "ordinary")])
             calls = rows[0]["calls_per_backward"]
-            print(f"| {name} | {HOW[how]} | {mem:.2f} | {ms:.1f} | {ms / base:.2f} | "
+            shown = f"{mem:.2f}" if model == "wide" else "-"
+            print(f"| {name} | {HOW[how]} | {shown} | {ms:.1f} | {ms / base:.2f} | "
                   f"{'' if calls is None else f'{calls:g}'} |")
     if args.plot and "wide" in args.model:
         import matplotlib

@@ -331,3 +331,82 @@ def test_no_group_key_collides_with_what_frameworks_write(tmp_path):
     assert {name: keys & ours for name, keys in written.items() if keys & ours} == {}, written
     if "lightning" in written:
         assert {"initial_lr", "max_lr", "min_lr"} <= written["lightning"]  # (the run wrote what it must)
+
+
+# ---- the step inside the backward (inductor_lamb.step_in_backward) under the frameworks' loops ----
+
+
+def _lightning_in_backward(pl, root, in_backward, **trainer_kw):
+    class InBackward(type(_module(pl, "Lamb16"))):
+        def configure_optimizers(self):
+            out = super().configure_optimizers()
+            if in_backward:
+                inductor_lamb.step_in_backward(out["optimizer"])
+            return out
+
+    module = InBackward()
+    trainer = pl.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+                         **trainer_kw)
+    trainer.fit(module, _data())
+    return module
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_lightning_steps_in_the_backward(precision, tmp_path):
+    """Lightning's automatic optimization runs the backward inside optimizer.step(closure): the
+    params step there, with the ordinary run's bits (its StepLR driving the one optimizer)."""
+    pl = _lightning()
+    ordinary = _lightning_in_backward(pl, tmp_path / "a", False, precision=precision)
+    stepped = _lightning_in_backward(pl, tmp_path / "b", True, precision=precision)
+    for p, q in zip(ordinary.parameters(), stepped.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("option,match", [({"gradient_clip_val": 0.5}, "clip_grad_norm_ after a backward"),
+                                          ({"accumulate_grad_batches": 2}, r"handle.no_step\(\)")])
+def test_lightning_refuses_what_cannot_step_in_the_backward(option, match, tmp_path):
+    pl = _lightning()
+    with pytest.raises(RuntimeError, match=match):
+        _lightning_in_backward(pl, tmp_path, True, **option)
+
+
+def _hf_in_backward(tmp_path, in_backward, **args_kw):
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
+        pytest.skip("needs transformers and accelerate")
+    from transformers import Trainer, TrainingArguments
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+        def forward(self, x, labels):
+            return {"loss": nn.functional.mse_loss(self.net(x), labels)}
+
+    gen = torch.Generator().manual_seed(1)
+    rows = [{"x": torch.randn(8, generator=gen), "labels": torch.randn(1, generator=gen)} for _ in range(32)]
+    model = Model()
+    opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
+    if in_backward:
+        inductor_lamb.step_in_backward(opt)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
+                             use_cpu=True, save_strategy="no", logging_strategy="no", **args_kw)
+    Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None)).train()
+    return model
+
+
+def test_hf_trainer_steps_in_the_backward(tmp_path):
+    """HF Trainer without clipping (max_grad_norm=0): the ordinary run's bits, its default
+    scheduler driving the one optimizer. (Its default max_grad_norm=1.0 clips through accelerate,
+    which drops the params without grads before calling torch: not seen, documented.)"""
+    ordinary = _hf_in_backward(tmp_path / "a", False, max_grad_norm=0.0, bf16=True)
+    stepped = _hf_in_backward(tmp_path / "b", True, max_grad_norm=0.0, bf16=True)
+    for p, q in zip(ordinary.parameters(), stepped.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_hf_trainer_accumulation_is_refused(tmp_path):
+    with pytest.raises(RuntimeError, match=r"handle.no_step\(\)"):
+        _hf_in_backward(tmp_path, True, max_grad_norm=0.0, gradient_accumulation_steps=2)

@@ -163,9 +163,10 @@ def test_state_dicts_are_the_ordinary_ones(direction, tmp_path):
     second = Net(torch.bfloat16)
     second.load_state_dict(ckpt["model"])
     o2 = inductor_lamb.Lamb16(second.parameters(), lr=1e-2, weight_decay=0.1)
-    o2.load_state_dict(ckpt["opt"])
     if not in_first:
-        inductor_lamb.step_in_backward(o2)
+        handle = inductor_lamb.step_in_backward(o2)
+    o2.load_state_dict(ckpt["opt"])  # (with a handle: it stays)
+    assert (o2._in_backward is handle) is not in_first
     train(second, o2, steps=2, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(ref.parameters(), second.parameters()))
 
@@ -304,7 +305,7 @@ def test_clipping_after_the_grads_are_gone_is_refused(clip):
     once it is removed."""
     model = Net()
     opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
-    original = getattr(torch.nn.utils, clip)
+    original, clip_grad_own = getattr(torch.nn.utils, clip), getattr(torch.nn.utils.clip_grad, clip)
     handle = inductor_lamb.step_in_backward(opt)
     with handle.no_step():  # (grads accumulated, nothing stepped: clipping them is allowed)
         loss_of(model, 0, torch.float32).backward()
@@ -322,4 +323,5 @@ def test_clipping_after_the_grads_are_gone_is_refused(clip):
         loss_of(model, 2, torch.float32).backward()
     getattr(torch.nn.utils, clip)(model.parameters(), 1.0)
     handle.remove()
-    assert getattr(torch.nn.utils, clip) is original and getattr(torch.nn.utils.clip_grad, clip) is original
+    assert getattr(torch.nn.utils, clip) is original and getattr(torch.nn.utils.clip_grad, clip) is clip_grad_own
+

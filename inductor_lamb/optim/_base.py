@@ -176,7 +176,8 @@ class FusedOptimizer(CheckpointState):
     def _rebuild(self) -> None:
         self._plans = {}
         self._batch_views = {}
-        self._in_backward = None  # (hooks are not copied: a copy steps after its backward)
+        # (load_state_dict comes here too, and keeps its handle; a copy has none: hooks are not copied)
+        self._in_backward = self.__dict__.get("_in_backward")
         self._op_groups = []
         self._op_view = OpView(self)
         self._sync_views()

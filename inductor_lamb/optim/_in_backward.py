@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,7 +72,7 @@ class StepInBackward:
         self.bucket_bytes = bucket_bytes
         self._check_clipping()
         self._groups: list[list[Tensor]] = []  # each hooked group's params list
-        self._hooked: set[int] = set()  # id() of every hooked param (what clipping refuses)
+        self._hooked: dict[int, weakref.ref[Tensor]] = {}  # every hooked param by id() (what clipping refuses)
         self._hooks: list[Any] = []
         self._hook_new_groups()
         self._pending: dict[int, list[int]] = {}
@@ -127,7 +128,7 @@ class StepInBackward:
             self._groups.append(params)
             for place, p in enumerate(params):
                 if p.requires_grad:
-                    self._hooked.add(id(p))
+                    self._hooked[id(p)] = weakref.ref(p)
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._hook(index, place)))
 
     def _hook(self, index: int, place: int) -> Any:
@@ -239,10 +240,11 @@ _private.run_eagerly_as_a_frame(StepInBackward._hook(None, 0, 0))  # type: ignor
 # torch.nn.utils.clip_grad_norm_ / clip_grad_value_ skip params without a grad: after a backward
 # that stepped, they would clip nothing and return a norm of 0 (what frameworks log, and how
 # clipping silently did nothing in other steps-in-the-backward). While a handle is active they
-# refuse such params by name.
-_ACTIVE: list[StepInBackward] = []
+# refuse such params by name. (Code that drops the params without grads before calling torch, as
+# accelerate's clip_grad_norm_ does, cannot be seen: HF Trainer's max_grad_norm, docs.)
+_ACTIVE: weakref.WeakSet[StepInBackward] = weakref.WeakSet()  # (a dropped handle does not count)
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_")
-_ORIGINAL: dict[str, Any] = {}
+_ORIGINAL: dict[tuple[Any, str], Any] = {}  # (module, name): torch's function
 
 
 def _refusing(name: str, clip: Any) -> Any:
@@ -250,7 +252,7 @@ def _refusing(name: str, clip: Any) -> Any:
     def wrapper(parameters: Any, *args: Any, **kwargs: Any) -> Any:
         params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
         for handle in _ACTIVE:
-            if handle._stepped and any(id(p) in handle._hooked for p in params):
+            if handle._stepped and any(_hooked_by(handle, p) for p in params):
                 raise RuntimeError(
                     f"torch.nn.utils.{name} after a backward in which {type(handle.optimizer).__name__} stepped "
                     "its params and freed their grads (step_in_backward): there is nothing left to clip. Clip "
@@ -262,23 +264,26 @@ def _refusing(name: str, clip: Any) -> Any:
     return wrapper
 
 
+def _hooked_by(handle: StepInBackward, p: Tensor) -> bool:
+    ref = handle._hooked.get(id(p))
+    return ref is not None and ref() is p
+
+
 def _activate(handle: StepInBackward) -> None:
     if not _ACTIVE:
         for name in _CLIPS:
-            for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-                original = getattr(module, name)
-                _ORIGINAL.setdefault(name, original)
-                setattr(module, name, _refusing(name, _ORIGINAL[name]))
-    _ACTIVE.append(handle)
+            for module in (torch.nn.utils, torch.nn.utils.clip_grad):  # (two functions on some releases)
+                if hasattr(module, name):
+                    original = _ORIGINAL.setdefault((module, name), getattr(module, name))
+                    setattr(module, name, _refusing(name, original))
+    _ACTIVE.add(handle)
 
 
 def _deactivate(handle: StepInBackward) -> None:
-    if handle in _ACTIVE:
-        _ACTIVE.remove(handle)
+    _ACTIVE.discard(handle)
     if not _ACTIVE:
-        for name, original in _ORIGINAL.items():
-            for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-                setattr(module, name, original)
+        for (module, name), original in _ORIGINAL.items():
+            setattr(module, name, original)
 
 
 def _several_ranks() -> bool:
