@@ -57,3 +57,12 @@ def test_offload_example_measures_lamb16_beside_deepspeeds_cpu_adam():
     rows = dict(re.findall(r"\| (Lamb16|DeepSpeedCPUAdam) \| [\d.]+ MiB \| ([\d.]+) \|", out))
     assert 2.0 <= float(rows["Lamb16"]) < 2.05 and float(rows["DeepSpeedCPUAdam"]) == 8.0, out
     assert re.search(r"Lamb16 holds 0\.2\dx DeepSpeedCPUAdam's optimizer state, its step takes [\d.]+x the time", out), out
+
+
+def test_in_backward_example_saves_memory_with_the_same_losses():
+    """The step inside the backward: the ordinary run's losses, step for step, with a lower peak."""
+    out = run("train_in_backward.py", "--steps", "6", "--width", "512", "--layers", "6", "--threads", "1").stdout
+    assert "the same losses, step for step: True" in out, out
+    peaks = dict(re.findall(r"(ordinary|in_backward): loss [\d.]+ -> [\d.]+, peak ([\d.]+) bytes a param", out))
+    assert float(peaks["in_backward"]) < float(peaks["ordinary"]), out
+    assert re.search(r"saved \d+ MiB \(\d+% of the peak\)", out), out
