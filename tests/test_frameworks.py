@@ -129,29 +129,39 @@ def test_lightning_cli_builds_each_optimizer_by_class_path(name, tmp_path):
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_hf_trainer_max_grad_norm(name, tmp_path):
     """transformers' Trainer with max_grad_norm and our optimizer passed in."""
+    torch.manual_seed(0)
+    model = _hf_model(nn.Linear(8, 1))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = getattr(inductor_lamb, name)(model.parameters(), **OPTIMIZERS[name])
+    _hf_train(model, opt, tmp_path, max_grad_norm=0.5, bf16=True)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def _hf_model(net: nn.Module) -> nn.Module:
+    """A model as HF Trainer takes it (a dict with the loss), around ``net`` (made after seeding)."""
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
         pytest.skip("needs transformers and accelerate")
-    from transformers import Trainer, TrainingArguments
 
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
-            torch.manual_seed(0)
-            self.net = nn.Linear(8, 1)
+            self.net = net
 
         def forward(self, x, labels):
             return {"loss": nn.functional.mse_loss(self.net(x), labels)}
 
+    return Model()
+
+
+def _hf_train(model: nn.Module, opt: torch.optim.Optimizer, tmp_path, **args_kw) -> None:
+    """4 steps of HF Trainer over 32 rows, batch 8, with ``opt`` passed in."""
+    from transformers import Trainer, TrainingArguments
+
     gen = torch.Generator().manual_seed(1)
     rows = [{"x": torch.randn(8, generator=gen), "labels": torch.randn(1, generator=gen)} for _ in range(32)]
-    model = Model()
-    before = [p.detach().clone() for p in model.parameters()]
-    opt = getattr(inductor_lamb, name)(model.parameters(), **OPTIMIZERS[name])
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8,
-                             max_grad_norm=0.5, report_to=[], use_cpu=True, save_strategy="no",
-                             logging_strategy="no", bf16=True)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
+                             use_cpu=True, save_strategy="no", logging_strategy="no", **args_kw)
     Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None)).train()
-    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
 def _schedule_on_sgd(lr, build, steps):
@@ -372,28 +382,12 @@ def test_lightning_refuses_what_cannot_step_in_the_backward(option, match, tmp_p
 
 
 def _hf_in_backward(tmp_path, in_backward, **args_kw):
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
-        pytest.skip("needs transformers and accelerate")
-    from transformers import Trainer, TrainingArguments
-
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
-
-        def forward(self, x, labels):
-            return {"loss": nn.functional.mse_loss(self.net(x), labels)}
-
-    gen = torch.Generator().manual_seed(1)
-    rows = [{"x": torch.randn(8, generator=gen), "labels": torch.randn(1, generator=gen)} for _ in range(32)]
-    model = Model()
+    torch.manual_seed(0)
+    model = _hf_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
     opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
     if in_backward:
         inductor_lamb.step_in_backward(opt)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
-                             use_cpu=True, save_strategy="no", logging_strategy="no", **args_kw)
-    Trainer(model=model, args=args, train_dataset=rows, optimizers=(opt, None)).train()
+    _hf_train(model, opt, tmp_path, **args_kw)
     return model
 
 
