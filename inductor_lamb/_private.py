@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,7 +25,8 @@ import torch
 from . import _versions
 
 __all__ = ["LIMITS", "RELEASE", "lacks", "SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "strided_shard",
-           "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced",
+           "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced", "in_compiled_autograd",
+           "graph_task_id", "queue_callback",
            "run_eagerly_as_a_frame",
            "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
            "has_kernel_for", "inductor", "inductor_ir", "inductor_lowering", "inductor_virtualized",
@@ -46,6 +48,15 @@ SYMBOLS: dict[str, tuple[str, str]] = {
         "it inside a compiled function, instead of compiling frames that guard every param"),
     "_FrameExecStrategy": ("torch._C._dynamo.eval_frame:_FrameExecStrategy", "(its argument)"),
     "_FrameAction": ("torch._C._dynamo.eval_frame:_FrameAction", "(SKIP: the frame and its callees)"),
+    # ---- autograd's engine (optim/_in_backward.py)
+    "_current_graph_task_id": ("torch._C:_current_graph_task_id",
+                               "the backward a hook of step_in_backward runs in (a reentrant one's is new)"),
+    "queue_callback": ("torch.autograd:Variable._execution_engine.queue_callback",
+                       "what is left steps at the end of the backward (as FSDP2 and DDP finish theirs)"),
+    "in_compiled_autograd_region": (
+        "torch._dynamo.compiled_autograd:in_compiled_autograd_region",
+        "a hook of step_in_backward run eagerly inside compiled autograd's graph (a graph break there) "
+        "refuses to step: compiled autograd moves the hook before the backward's last read of the param"),
     "trace_autograd_ops": ("torch._dynamo.config:trace_autograd_ops",
                            "a backward traced into the step's graph (recipe (a)): its buckets are traced too"),
     # ---- torch.optim (optim/_base.py)
@@ -200,6 +211,25 @@ def run_eagerly_as_a_frame(fn: Callable[..., Any]) -> None:
     except Exception as e:  # noqa: BLE001  (moved internals: warned, still correct)
         warn_once("running the param_groups property eagerly inside compiled code",
                   "an LR scheduler stepped inside a compiled function costs guards on every param", e)
+
+
+def graph_task_id() -> int:
+    """The running backward's graph task (a new one per ``backward()``, and per backward run
+    inside one)."""
+    return int(resolve("_current_graph_task_id")())
+
+
+def queue_callback(fn: Callable[[], None]) -> None:
+    """Runs ``fn`` when the running backward ends (the autograd engine's final callbacks). Written
+    as the attribute path itself: compiled autograd's trace recognizes that call."""
+    torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+def in_compiled_autograd() -> bool:
+    """Whether compiled autograd's graph is running now (False while Dynamo was never imported)."""
+    if "torch._dynamo.compiled_autograd" not in sys.modules:
+        return False
+    return bool(resolve("in_compiled_autograd_region"))
 
 
 @constant_under_dynamo

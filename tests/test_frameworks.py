@@ -346,12 +346,25 @@ def test_no_group_key_collides_with_what_frameworks_write(tmp_path):
 # ---- the step inside the backward (inductor_lamb.step_in_backward) under the frameworks' loops ----
 
 
+def _counting(opt):
+    """step_in_backward(opt), counting the batches that step in the backward (``opt.batches``)."""
+    inductor_lamb.step_in_backward(opt)
+    opt.batches = 0
+    step_batch = opt._step_batch
+
+    def counted(batch, **kw):
+        opt.batches += 1
+        step_batch(batch, **kw)
+
+    opt._step_batch = counted
+
+
 def _lightning_in_backward(pl, root, in_backward, **trainer_kw):
     class InBackward(type(_module(pl, "Lamb16"))):
         def configure_optimizers(self):
             out = super().configure_optimizers()
             if in_backward:
-                inductor_lamb.step_in_backward(out["optimizer"])
+                _counting(out["optimizer"])
             return out
 
     module = InBackward()
@@ -359,6 +372,8 @@ def _lightning_in_backward(pl, root, in_backward, **trainer_kw):
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
                          **trainer_kw)
     trainer.fit(module, _data())
+    if in_backward:
+        assert trainer.optimizers[0].batches == 4  # (every step's backward stepped: one batch each)
     return module
 
 
@@ -386,8 +401,10 @@ def _hf_in_backward(tmp_path, in_backward, **args_kw):
     model = _hf_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
     opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
     if in_backward:
-        inductor_lamb.step_in_backward(opt)
+        _counting(opt)
     _hf_train(model, opt, tmp_path, **args_kw)
+    if in_backward:
+        assert opt.batches == 4  # (every step's backward stepped: one batch each)
     return model
 
 

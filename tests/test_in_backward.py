@@ -5,6 +5,7 @@ state dicts both ways), few op calls, and clear refusals that leave every tensor
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 
 import pytest
@@ -222,13 +223,55 @@ def test_clipping_set_later_is_refused_before_anything_steps():
 
 
 def test_grad_scaler_is_refused():
+    """Refused at its step (the backward before it has stepped); the scaler's values are not left
+    on the optimizer, whose next steps are ordinary ones."""
     model = Net()
     opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
-    inductor_lamb.step_in_backward(opt)
+    handle = inductor_lamb.step_in_backward(opt)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
     scaler.scale(loss_of(model, 0, torch.float32)).backward()
     with pytest.raises(RuntimeError, match="GradScaler cannot drive Lamb stepping in the backward"):
         scaler.step(opt)
+    assert not hasattr(opt, "grad_scale") and not hasattr(opt, "found_inf")
+    opt.zero_grad()
+    handle.remove()
+    loss_of(model, 1, torch.float32).backward()
+    opt.step()
+
+
+def test_create_graph_is_refused():
+    model = Net()
+    opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
+    with inductor_lamb.step_in_backward(opt) as handle:
+        before = [p.clone() for p in model.parameters()]
+        with pytest.raises(RuntimeError, match="create_graph=True cannot step Lamb's params"):
+            loss_of(model, 0, torch.float32).backward(create_graph=True)
+        assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))
+        opt.zero_grad()
+        with handle.no_step():  # (a gradient penalty's double backward: accumulated, not stepped)
+            loss_of(model, 0, torch.float32).backward(create_graph=True)
+        opt.zero_grad()
+
+
+def test_reentrant_checkpointing_steps_once():
+    """A reentrant activation checkpoint runs a backward inside the backward (its own graph task):
+    part of the same pass, with the ordinary step's bits."""
+    from torch.utils.checkpoint import checkpoint
+
+    def forward(model, x):
+        h = checkpoint(lambda t: torch.tanh(model.l2(torch.tanh(model.l1(t)))), x, use_reentrant=True)
+        return (h @ model.wt) * model.scale
+
+    a, b = Net(), Net()
+    oa, ob = inductor_lamb.Lamb(a.parameters(), lr=1e-2), inductor_lamb.Lamb(b.parameters(), lr=1e-2)
+    inductor_lamb.step_in_backward(ob, bucket_bytes=0)
+    for i in range(3):
+        x = torch.randn(8, 12, generator=torch.Generator().manual_seed(i), requires_grad=True)
+        for m, o in ((a, oa), (b, ob)):
+            forward(m, x).square().mean().backward()
+            o.step()
+            o.zero_grad()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
 def test_bad_arguments():
@@ -303,9 +346,12 @@ def test_clipping_after_the_grads_are_gone_is_refused(clip):
     """torch's clipping finds no grads after a backward that stepped: it would clip nothing and
     report a norm of 0. Refused by name while the handle is active; torch's own function again
     once it is removed."""
+    gc.collect()  # (handles other tests dropped without remove(): no longer active)
     model = Net()
     opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
     original, clip_grad_own = getattr(torch.nn.utils, clip), getattr(torch.nn.utils.clip_grad, clip)
+    if getattr(original, "_refuses_after_step_in_backward", False):
+        original, clip_grad_own = original.__wrapped__, clip_grad_own.__wrapped__
     handle = inductor_lamb.step_in_backward(opt)
     with handle.no_step():  # (grads accumulated, nothing stepped: clipping them is allowed)
         loss_of(model, 0, torch.float32).backward()
@@ -323,5 +369,42 @@ def test_clipping_after_the_grads_are_gone_is_refused(clip):
         loss_of(model, 2, torch.float32).backward()
     getattr(torch.nn.utils, clip)(model.parameters(), 1.0)
     handle.remove()
-    assert getattr(torch.nn.utils, clip) is original and getattr(torch.nn.utils.clip_grad, clip) is clip_grad_own
+    loss_of(model, 3, torch.float32).backward()  # (ordinary again: torch's clipping of real grads)
+    getattr(torch.nn.utils, clip)(model.parameters(), 1.0)
+    gc.collect()
+    from inductor_lamb.optim import _in_backward
 
+    if not _in_backward._ACTIVE:  # (torch's own functions back once no handle is alive)
+        assert getattr(torch.nn.utils, clip) is original
+        assert getattr(torch.nn.utils.clip_grad, clip) is clip_grad_own
+
+
+
+def test_compiled_autograd_keeps_the_refusals():
+    """The checks run while compiled autograd traces the hooks (what they read is guarded): a second
+    stepping backward before the training step ended is refused there too."""
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    model = Net()
+    opt = inductor_lamb.Lamb(model.parameters(), lr=1e-2)
+    inductor_lamb.step_in_backward(opt, bucket_bytes=0)
+    forward = torch.compile(lambda x: model(x).square().mean())
+    with pytest.raises(Exception, match=r"needs its backward compiled with fullgraph=True"):
+        with compiled_autograd._enable(torch.compile(backend="inductor")):
+            forward(torch.randn(8, 12)).backward()
+    opt.zero_grad()
+    torch._dynamo.reset()  # (compiled autograd keeps that graph, with its graph break, for this backward)
+    compiler = torch.compile(backend="inductor", fullgraph=True)
+    for i in range(2):
+        with compiled_autograd._enable(compiler):
+            forward(torch.randn(8, 12)).backward()
+        opt.step()
+        opt.zero_grad()
+    with compiled_autograd._enable(compiler):
+        forward(torch.randn(8, 12)).backward()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(Exception, match=r"stepped in the last backward"):
+        with compiled_autograd._enable(compiler):
+            forward(torch.randn(8, 12)).backward()
+    assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))

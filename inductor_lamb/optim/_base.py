@@ -67,8 +67,11 @@ unscale_in_step: GradScaler unscales the grads inside the step (see
 }
 
 
-# A sub-group's key: the places of a batch's params in their param group (_step_batch).
+# A sub-group's key: the places of a batch's params in their param group (_step_batch); at most
+# this many batches' plans are kept (a backward's batches repeat; hooks that fire in another
+# order each time would make new ones).
 _BATCH = "_in_backward_batch"
+_MAX_BATCH_PLANS = 1024
 
 _VALIDATORS: dict[str, Callable[[Any], None]] = {"lr": check_lr, "betas": check_betas, "momentum": check_momentum}
 
@@ -468,14 +471,16 @@ class FusedOptimizer(CheckpointState):
                 if names:
                     sub["param_names"] = [names[i] for i in at]
                 if way.eager:
+                    if len(self._batch_views) >= _MAX_BATCH_PLANS:  # (batches that vary: keep the newest)
+                        for old in [k for k in self._plans if isinstance(k, tuple)]:
+                            del self._plans[old]
+                        self._batch_views.clear()
                     self._batch_views[key] = sub
             groups.append((index, key, sub))
-        try:
-            self._step_groups(way, groups)
-        finally:
-            for _, _, sub in groups:
-                for p in sub["params"]:
-                    p.grad = None
+        self._step_groups(way, groups)  # (raising, it leaves the grads: opt.step() may still step them)
+        for _, _, sub in groups:
+            for p in sub["params"]:
+                p.grad = None
 
     def _record_step(self, way: Route) -> None:
         """Records that a step ran, for LR schedulers' ``_opt_called`` (read once, eagerly, on a

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -47,11 +48,6 @@ __all__ = ["StepInBackward", "step_in_backward"]
 # batches keep fewer grads alive at once; below a few MiB, the host cost of more op calls shows
 # on small tensors.
 DEFAULT_BUCKET_BYTES = 8 * 2**20
-
-
-def _task_id() -> int:
-    """The running backward's graph task (a new one per ``backward()``; -1 outside one)."""
-    return int(torch._C._current_graph_task_id())
 
 
 class StepInBackward:
@@ -77,7 +73,9 @@ class StepInBackward:
         self._hook_new_groups()
         self._pending: dict[int, list[int]] = {}
         self._pending_bytes = 0
-        self._task = -1            # the backward whose end is queued
+        self._tasks: set[int] = set()  # the graph tasks of the backward running now (a reentrant one's too)
+        self._open = 0             # of those, the ones whose end has not run
+        self._lock = threading.RLock()
         self._stepped = False      # a backward stepped since the last opt.step() / zero_grad()
         self._paused = 0           # depth of no_step()
         self._traced: list[tuple[int, int, Tensor]] = []  # compiled autograd's hooks, traced so far
@@ -140,41 +138,73 @@ class StepInBackward:
                 # to right after its param's grad is made, before the backward's last read of
                 # the param (measured on torch 2.13): a step there would change grads still to
                 # come. The steps are traced at the graph's end (its final callbacks) instead.
+                # The checks run while tracing (what they read is guarded).
                 if not self._traced:
-                    torch.autograd.Variable._execution_engine.queue_callback(self._end_traced)
+                    self._check(p)
+                    if not _private.compiling_fullgraph():
+                        raise RuntimeError(
+                            "step_in_backward under compiled autograd needs its backward compiled with "
+                            "fullgraph=True: the steps run where the graph ends (its final callbacks), which "
+                            "compiled autograd traces only in a full graph")
+                    _private.queue_callback(self._end_traced)
                 self._traced.append((index, place, p))
             else:
-                self._ready(p, index, place)
+                with self._lock:  # (a backward over several devices runs hooks on a thread each)
+                    self._ready(p, index, place)
 
         return hook
 
     def _end_traced(self) -> None:
         """The end of a backward graph traced by compiled autograd: its params step there."""
         traced, self._traced = self._traced, []
+        self._stepped = True
         for index, place, p in traced:
             # (the param as the graph has it: the group's would be a second input aliasing it)
             self.optimizer._step_batch({index: [place]}, params=[p])
 
     def _ready(self, p: Tensor, index: int, place: int) -> None:
         """A param's grad is final (its post-accumulate-grad hook, run eagerly)."""
-        task = _task_id()
-        if task != self._task:
-            self._begin(p)
-            self._task = task
+        if _private.in_compiled_autograd():  # (the traced hook's refusal made a graph break there)
+            raise RuntimeError(
+                "step_in_backward under compiled autograd needs its backward compiled with fullgraph=True: "
+                "compiled autograd runs each hook right after its grad is made, before the backward's last "
+                "read of the param, and only a full graph steps the params where it ends")
+        if self._open == 0:
+            self._check(p)
+            self._pending.clear()  # (left by a backward that failed: their grads stay for opt.step())
+            self._pending_bytes = 0
+        task = _private.graph_task_id()
+        if task not in self._tasks:
+            # The first hook of a backward, or of a backward run inside it (a reentrant
+            # checkpoint's): each one's end steps what is left; the pass ends with the last.
+            self._tasks.add(task)
+            self._open += 1
+            _private.queue_callback(self._end)
+        if self._groups[index][place] is not p:
+            raise RuntimeError(f"step_in_backward: param {place} of {type(self.optimizer).__name__}'s param group "
+                               f"{index} was replaced since it was hooked; remove() the handle before changing "
+                               "the groups, and hook them again")
         self._pending.setdefault(index, []).append(place)
-        self._pending_bytes += p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
+        self._pending_bytes += self._nbytes(p)
         if self._pending_bytes >= self.bucket_bytes:
             self._step_pending()
 
-    def _begin(self, p: Tensor) -> None:
-        """The first hook of a backward: checks (nothing of it has stepped), then queues its end."""
+    @staticmethod
+    def _nbytes(p: Tensor) -> int:
+        return p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
+
+    def _check(self, p: Tensor) -> None:
+        """Before the first step of a backward: what cannot step inside it is refused."""
         opt = self.optimizer
         if self._stepped:
             raise RuntimeError(
                 f"{type(opt).__name__} stepped in the last backward, and this backward would step again before "
-                "opt.step() or opt.zero_grad() ended the training step: for gradient accumulation, run the "
-                "micro-batches' backward inside handle.no_step() (their grads accumulate; the next backward "
-                "steps with them)")
+                "opt.step() or opt.zero_grad() ended the training step: for gradient accumulation (or a "
+                "backward of another loss through these params: a GAN's, an adversarial input's), run it inside "
+                "handle.no_step() (its grads accumulate; the next backward steps with them)")
+        if torch.is_grad_enabled():
+            raise RuntimeError(f"step_in_backward: a backward with create_graph=True cannot step {type(opt).__name__}'s "
+                               "params inside it (their grads are part of a graph); run it inside handle.no_step()")
         self._check_clipping()
         groups = opt.param_groups
         if any(groups[i]["params"] is not params for i, params in enumerate(self._groups[:len(groups)])) or \
@@ -188,14 +218,14 @@ class StepInBackward:
                 f"{torch.distributed.get_world_size()} ranks: DDP averages the grads after the backward, and a "
                 "step inside it would read this rank's own. Step after the backward (remove the handle), or "
                 "shard the params with FSDP2 (fully_shard), whose hooks run after the reduce-scatter")
-        self._pending.clear()  # (left by a backward that failed: its grads stay for opt.step())
-        self._pending_bytes = 0
-        torch.autograd.Variable._execution_engine.queue_callback(self._end)
 
     def _end(self) -> None:
-        """The end of the backward: what is left steps."""
-        self._task = -1
-        self._step_pending()
+        """The end of a backward (or of one run inside it): what is left steps."""
+        with self._lock:
+            self._open -= 1
+            if self._open == 0:
+                self._tasks.clear()
+            self._step_pending()
 
     def _step_pending(self) -> None:
         if not self._pending:
@@ -210,13 +240,16 @@ class StepInBackward:
 
     def boundary(self, opt: Any) -> None:
         """``opt.step()`` or ``opt.zero_grad()``: the end of a training step."""
-        if self._stepped and (getattr(opt, "grad_scale", None) is not None
-                              or getattr(opt, "found_inf", None) is not None):
+        stepped, self._stepped = self._stepped, False
+        self._open, self._tasks = 0, set()  # (a backward that raised never ran its end)
+        if stepped and (getattr(opt, "grad_scale", None) is not None or getattr(opt, "found_inf", None) is not None):
+            for name in ("grad_scale", "found_inf"):  # (GradScaler deletes them only after a step returns)
+                if name in opt.__dict__:
+                    delattr(opt, name)
             raise RuntimeError(
                 f"torch.amp.GradScaler cannot drive {type(opt).__name__} stepping in the backward: the params have "
                 "already stepped with the scaled grads, before the scaler could check them for infs and skip "
                 "the step. Use bfloat16 autocast (no scaler), or step after the backward (remove the handle)")
-        self._stepped = False
 
     def _check_clipping(self) -> None:
         opt = self.optimizer
@@ -261,6 +294,7 @@ def _refusing(name: str, clip: Any) -> Any:
                     "gradient_clip_val; timm: no --clip-grad)")
         return clip(params, *args, **kwargs)
 
+    wrapper._refuses_after_step_in_backward = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -270,12 +304,15 @@ def _hooked_by(handle: StepInBackward, p: Tensor) -> bool:
 
 
 def _activate(handle: StepInBackward) -> None:
-    if not _ACTIVE:
+    if not _ACTIVE:  # (torch's functions as they are now: another library may have wrapped them)
         for name in _CLIPS:
             for module in (torch.nn.utils, torch.nn.utils.clip_grad):  # (two functions on some releases)
                 if hasattr(module, name):
-                    original = _ORIGINAL.setdefault((module, name), getattr(module, name))
-                    setattr(module, name, _refusing(name, original))
+                    current = getattr(module, name)
+                    while getattr(current, "_refuses_after_step_in_backward", False):  # (left by dropped handles)
+                        current = current.__wrapped__
+                    _ORIGINAL[(module, name)] = current
+                    setattr(module, name, _refusing(name, current))
     _ACTIVE.add(handle)
 
 
@@ -283,7 +320,9 @@ def _deactivate(handle: StepInBackward) -> None:
     _ACTIVE.discard(handle)
     if not _ACTIVE:
         for (module, name), original in _ORIGINAL.items():
-            setattr(module, name, original)
+            if getattr(getattr(module, name), "__wrapped__", None) is original:  # (only ours is undone)
+                setattr(module, name, original)
+        _ORIGINAL.clear()
 
 
 def _several_ranks() -> bool:
