@@ -1,7 +1,7 @@
 """Training with the step inside the backward: each param steps as soon as its grad is made, and
 the grad is freed, so a training step never holds every grad at once.
 
-    python examples/train_in_backward.py [--steps 30] [--width 1024] [--layers 8] [--threads 2]
+    python examples/train_in_backward.py [--steps 30] [--width 1024] [--layers 8] [--threads 2] [--bucket-bytes N]
 
 A bfloat16 MLP (no master copies, stochastic rounding) learns a fixed random teacher network with
 ``Lamb16`` (2 bytes of state a param). The script trains it twice, each run in a fresh process:
@@ -43,9 +43,13 @@ def train(args: argparse.Namespace, in_backward: bool) -> dict:
         return nn.Sequential(*(m for _ in range(n) for m in (nn.Linear(args.width, args.width, dtype=torch.bfloat16),
                                                                nn.Tanh())))
 
+    # (a batch steps once it holds bucket_bytes of grads: a model whose grads are all smaller saves
+    # nothing at the default; --bucket-bytes 0 steps each param alone)
+    bucket = {} if args.bucket_bytes is None else {"bucket_bytes": args.bucket_bytes}
+
     def run(model: nn.Module, steps: int) -> list[float]:
         opt = inductor_lamb.Lamb16(model.parameters(), lr=2e-3, weight_decay=0.01)
-        handle = inductor_lamb.step_in_backward(opt) if in_backward else None  # the one added line
+        handle = inductor_lamb.step_in_backward(opt, **bucket) if in_backward else None  # the one added line
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
         losses = []
         for x in inputs[:steps]:
@@ -76,6 +80,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bucket-bytes", type=int, default=None, help="step_in_backward's (default: its own, 8 MiB)")
     ap.add_argument("--run", choices=["ordinary", "in_backward"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
