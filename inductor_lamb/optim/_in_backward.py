@@ -164,12 +164,12 @@ class StepInBackward:
 
     def _ready(self, p: Tensor, index: int, place: int) -> None:
         """A param's grad is final (its post-accumulate-grad hook, run eagerly)."""
-        if _private.in_compiled_autograd():  # (the traced hook's refusal made a graph break there)
-            raise RuntimeError(
-                "step_in_backward under compiled autograd needs its backward compiled with fullgraph=True: "
-                "compiled autograd runs each hook right after its grad is made, before the backward's last "
-                "read of the param, and only a full graph steps the params where it ends")
         if self._open == 0:
+            if _private.in_compiled_autograd():  # (the traced hook's refusal made a graph break there)
+                raise RuntimeError(
+                    "step_in_backward under compiled autograd needs its backward compiled with fullgraph=True: "
+                    "compiled autograd runs each hook right after its grad is made, before the backward's last "
+                    "read of the param, and only a full graph steps the params where it ends")
             self._check(p)
             self._pending.clear()  # (left by a backward that failed: their grads stay for opt.step())
             self._pending_bytes = 0
