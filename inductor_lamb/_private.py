@@ -216,7 +216,13 @@ def run_eagerly_as_a_frame(fn: Callable[..., Any]) -> None:
 def graph_task_id() -> int:
     """The running backward's graph task (a new one per ``backward()``, and per backward run
     inside one)."""
-    return int(resolve("_current_graph_task_id")())
+    return int(_resolved("_current_graph_task_id")())
+
+
+@functools.cache
+def _resolved(name: str) -> Any:
+    """:func:`resolve`, once per name (for calls on a hot path: a hook per param)."""
+    return resolve(name)
 
 
 def queue_callback(fn: Callable[[], None]) -> None:

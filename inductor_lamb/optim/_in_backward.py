@@ -185,13 +185,9 @@ class StepInBackward:
                                f"{index} was replaced since it was hooked; remove() the handle before changing "
                                "the groups, and hook them again")
         self._pending.setdefault(index, []).append(place)
-        self._pending_bytes += self._nbytes(p)
+        self._pending_bytes += p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
         if self._pending_bytes >= self.bucket_bytes:
             self._step_pending()
-
-    @staticmethod
-    def _nbytes(p: Tensor) -> int:
-        return p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
 
     def _check(self, p: Tensor) -> None:
         """Before the first step of a backward: what cannot step inside it is refused."""
