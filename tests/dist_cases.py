@@ -395,29 +395,44 @@ def assert_sharded_like_params(opt: torch.optim.Optimizer) -> None:
 # ---- checkpoints (torch.distributed.checkpoint) ---------------------------------------------
 
 
-def dcp_save(rank: int, world: int, opt_names: list[str], path: str) -> None:
-    each(opt_names, lambda name: _dcp_save(name, world, os.path.join(path, name)))
+def dcp_save(rank: int, world: int, opt_names: list[str], path: str, in_backward: bool = False) -> None:
+    each(opt_names, lambda name: _dcp_save(name, world, os.path.join(path, name), in_backward))
 
 
-def _dcp_save(opt_name: str, world: int, path: str) -> None:
+def _train_maybe_in_backward(model: nn.Module, opt: torch.optim.Optimizer, steps: range, in_backward: bool) -> None:
+    """``train``, or with the steps inside the backward (step_in_backward): each step's lr set
+    before its backward, which steps (the same lr a step of ``train`` reads)."""
+    if not in_backward:
+        train(model, opt, steps)
+        return
+    with inductor_lamb.step_in_backward(opt):
+        for k in steps:
+            set_lr(opt, k)
+            x, y = batch(k)
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+
+def _dcp_save(opt_name: str, world: int, path: str, in_backward: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model = shard_model(make_model(), init_device_mesh("cpu", (world,)))
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
-    train(model, opt, range(3))
+    _train_maybe_in_backward(model, opt, range(3), in_backward)
     assert_sharded_like_params(opt)
     model_sd, optim_sd = get_state_dict(model, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
 
 
-def dcp_resume(rank: int, world: int, opt_names: list[str], path: str) -> None:
+def dcp_resume(rank: int, world: int, opt_names: list[str], path: str, in_backward: bool = False) -> None:
     """Loads dcp_save's checkpoint (any world size) into a differently initialized
     model and continues: the run must equal an uninterrupted whole-model run."""
-    each(opt_names, lambda name: _dcp_resume(name, world, os.path.join(path, name)))
+    each(opt_names, lambda name: _dcp_resume(name, world, os.path.join(path, name), in_backward))
 
 
-def _dcp_resume(opt_name: str, world: int, path: str) -> None:
+def _dcp_resume(opt_name: str, world: int, path: str, in_backward: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -428,7 +443,7 @@ def _dcp_resume(opt_name: str, world: int, path: str) -> None:
     dcp.load(sd, checkpoint_id=path)
     set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
     assert_sharded_like_params(opt)
-    train(model, opt, range(3, 5))
+    _train_maybe_in_backward(model, opt, range(3, 5), in_backward)
     ref_model = make_model()
     ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
     train(ref_model, ref, range(5))

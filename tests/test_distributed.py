@@ -55,6 +55,16 @@ def test_fsdp2_frozen_and_gradless_groups():
     spawn("fsdp_gaps", 2, ["lamb_clip", "lamb16", "lars", "adagrad", "novograd"])
 
 
+def test_dcp_checkpoint_of_steps_in_the_backward_resumes_at_another_world_size(tmp_path):
+    """Saved from FSDP2 stepping in the backward at 2 ranks, resumed at 3 (ordinary, then in the
+    backward again): the uninterrupted whole-model run's."""
+    names = ["lamb", "lamb16"]
+    spawn("dcp_save", 2, names, str(tmp_path / "a"), True)
+    spawn("dcp_resume", 3, names, str(tmp_path / "a"), False)
+    spawn("dcp_save", 2, names, str(tmp_path / "b"), False)
+    spawn("dcp_resume", 3, names, str(tmp_path / "b"), True)
+
+
 def test_fsdp2_steps_in_the_backward_and_ddp_is_refused():
     """step_in_backward on FSDP2's sharded params: the whole model's ordinary run, one collective
     of partial norms a batch; DDP's plain params refused."""
