@@ -166,7 +166,7 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(11, 4.5))
         ax.bar(range(len(values)), values, color=colors)
         ax.set_xticks(range(len(values)), labels, rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("peak bytes a param (params, state, grads, activations)")
+        ax.set_ylabel("peak bytes a param")
         ax.set_title("A training step's peak memory: ordinary, the tutorial's pattern, step_in_backward")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=110)
