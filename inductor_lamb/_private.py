@@ -26,7 +26,7 @@ from . import _versions
 
 __all__ = ["LIMITS", "RELEASE", "lacks", "SYMBOLS", "PROTOCOLS", "resolve", "global_step_hooks", "foreach", "functional_collectives", "strided_shard",
            "OpOverload", "warn_once", "disable_dynamo", "compiling_fullgraph", "backward_traced", "in_compiled_autograd",
-           "graph_task_id", "queue_callback",
+           "graph_task_id", "hook_caller", "queue_callback",
            "run_eagerly_as_a_frame",
            "constant_under_dynamo", "mark_static_address", "dispatch_keys", "PYTHON_KEY", "CHECK_KEYS",
            "has_kernel_for", "inductor", "inductor_ir", "inductor_lowering", "inductor_virtualized",
@@ -51,6 +51,11 @@ SYMBOLS: dict[str, tuple[str, str]] = {
     # ---- autograd's engine (optim/_in_backward.py)
     "_current_graph_task_id": ("torch._C:_current_graph_task_id",
                                "the backward a hook of step_in_backward runs in (a reentrant one's is new)"),
+    "_current_autograd_node": (
+        "torch._C:_current_autograd_node",
+        "who runs a hook of step_in_backward: FSDP2 hands a group's params over together (one batch)"),
+    "AccumulateGrad": ("torch._C:_functions.AccumulateGrad",
+                       "(the node of autograd's own grad accumulation, which runs a hook per param)"),
     "queue_callback": ("torch.autograd:Variable._execution_engine.queue_callback",
                        "what is left steps at the end of the backward (as FSDP2 and DDP finish theirs)"),
     "in_compiled_autograd_region": (
@@ -217,6 +222,22 @@ def graph_task_id() -> int:
     """The running backward's graph task (a new one per ``backward()``, and per backward run
     inside one)."""
     return int(_resolved("_current_graph_task_id")())
+
+
+# What hook_caller() returns for a hook run outside any autograd node (an engine's final callback).
+OUTSIDE_NODE = object()
+
+
+def hook_caller() -> Any:
+    """Who runs the post-accumulate-grad hook running now: None for autograd's own grad
+    accumulation (the param's ``AccumulateGrad`` node, a hook per param as its grad is made);
+    else the node that runs it, the same for params handed over together (FSDP2 runs the hooks
+    of a group's params in its post-backward, after their reduce-scatter), or
+    :data:`OUTSIDE_NODE` (a final callback: FSDP2's root runs the groups left there)."""
+    node = _resolved("_current_autograd_node")()
+    if node is None:
+        return OUTSIDE_NODE
+    return None if isinstance(node, _resolved("AccumulateGrad")) else node
 
 
 @functools.cache

@@ -264,12 +264,15 @@ def _fsdp_gaps(opt_name: str, mesh) -> None:
 
 
 def fsdp_in_backward(rank: int, world: int, opt_names: list[str]) -> None:
-    """step_in_backward under FSDP2: FSDP2 runs the hooks on the sharded params after the
-    reduce-scatter; each batch steps with one collective of partial norms, on every rank alike,
-    and the run is the whole model's ordinary one. Then DDP's plain params: refused before
-    anything steps."""
+    """step_in_backward under FSDP2: FSDP2 runs the hooks on the sharded params after each
+    group's reduce-scatter; each group's params step as one batch (whatever bucket_bytes says),
+    with one collective of partial norms, on every rank alike, and the run is the whole model's
+    ordinary one. Then tensor-parallel params (_tp_in_backward), and DDP's plain params:
+    refused before anything steps."""
     mesh = init_device_mesh("cpu", (world,))
     each(opt_names, lambda name: _fsdp_in_backward(name, mesh))
+    each(opt_names, lambda name: _tp_in_backward(name, mesh))
+    _fsdp_compiled_in_backward(mesh)
     model = nn.parallel.DistributedDataParallel(make_model())
     opt = Lamb(model.parameters(), lr=LRS[0])
     inductor_lamb.step_in_backward(opt)
@@ -278,7 +281,8 @@ def fsdp_in_backward(rank: int, world: int, opt_names: list[str]) -> None:
     try:
         nn.functional.mse_loss(model(x), y).backward()
     except RuntimeError as e:
-        assert "plain tensors in a process group of 2 ranks: DDP averages the grads" in str(e), e
+        assert "param 0 of Lamb's param group 0 is a plain tensor in a process group of 2 ranks: DDP averages " \
+            "the grads" in str(e), e
     else:
         raise AssertionError("a step in the backward of DDP's params was not refused")
     assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))
@@ -291,7 +295,9 @@ def _fsdp_in_backward(opt_name: str, mesh) -> None:
     model = shard_model(copy.deepcopy(ref_model), mesh)
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
     ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
-    inductor_lamb.step_in_backward(opt, bucket_bytes=200)  # (several batches a backward)
+    inductor_lamb.step_in_backward(opt, bucket_bytes=200)  # (smaller than a group: no matter under FSDP2)
+    where = {id(p): (i, j) for i, g in enumerate(opt.param_groups) for j, p in enumerate(g["params"])}
+    groups = sorted(sorted(where[id(p)] for p in layer.parameters()) for layer in model if any(True for _ in layer.parameters()))
     batches, collectives = [], []
     step_batch, combine = opt._step_batch, _sharding.combine
     opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
@@ -308,9 +314,98 @@ def _fsdp_in_backward(opt_name: str, mesh) -> None:
         _sharding.combine = combine
     assert_same_run(opt, ref, f"FSDP2 {opt_name} stepping in the backward")
     assert all(p.grad is None for p in model.parameters())
-    assert 5 < len(batches) < 5 * len(list(model.parameters())), batches
+    # one batch a fully_shard group and backward, its params all of that group's
+    stepped = sorted(sorted((i, j) for i, places in b.items() for j in places) for b in batches)
+    assert stepped == sorted(groups * 5), (stepped, groups)
     reductions = opt._layout.spec.reductions
     assert len(collectives) == (len(batches) if reductions else 0), (len(collectives), len(batches))
+
+
+def _fsdp_compiled_in_backward(mesh) -> None:
+    """FSDP2 with its forward compiled (torch.compile(model), the backward eager: TorchTitan's
+    recipe) steps in the backward as eagerly; under compiled autograd, whose graph runs FSDP2's
+    hooks eagerly right after each grad is made, the step in the backward is refused by name
+    (FSDP2's hooks are not traceable into a full graph: torch marks them dynamo-disabled)."""
+    ref_model = make_model()
+    model = shard_model(copy.deepcopy(ref_model), mesh)
+    opt, ref = Lamb(model.parameters(), lr=LRS[0]), Lamb(ref_model.parameters(), lr=LRS[0])
+    compiled = torch.compile(model)
+    with inductor_lamb.step_in_backward(opt):
+        for k in range(3):
+            for m, o in ((compiled, opt), (ref_model, ref)):
+                set_lr(o, k)
+                x, y = batch(k)
+                nn.functional.mse_loss(m(x), y).backward()
+                o.step()
+                o.zero_grad()
+    assert_same_run(opt, ref, "FSDP2 with a compiled forward, stepping in the backward")
+
+    def train_step(x: torch.Tensor, y: torch.Tensor) -> None:
+        nn.functional.mse_loss(compiled(x), y).backward()
+
+    before = [full(p).detach().clone() for p in model.parameters()]
+    with inductor_lamb.step_in_backward(opt), torch._dynamo.config.patch(compiled_autograd=True):
+        try:
+            torch.compile(train_step)(*batch(3))
+        except RuntimeError as e:
+            assert "step_in_backward under compiled autograd needs its backward compiled with fullgraph=True" \
+                in str(e), e
+        else:
+            raise AssertionError("FSDP2 stepping in a backward under compiled autograd was not refused")
+    assert all(torch.equal(full(p), q) for p, q in zip(model.parameters(), before))
+    torch._dynamo.reset()
+
+
+def _tp_in_backward(opt_name: str, mesh) -> None:
+    """Tensor-parallel DTensor params (their grads accumulated by autograd itself, a hook per
+    param) batch by bucket_bytes, with one collective a batch; a plain param among them, in a
+    process group of several ranks, is refused before anything steps."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from inductor_lamb.optim import _sharding
+
+    torch.manual_seed(1)
+    # (4 outputs, averaged: a Linear sharded by rows needs as many rows as ranks for its grad
+    # to come back sharded like it)
+    ref_model = nn.Sequential(nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 7), nn.Tanh(), nn.Linear(7, 4))
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel(), "4": ColwiseParallel(output_layouts=Replicate())}
+    model = parallelize_module(copy.deepcopy(ref_model), mesh, plan)
+    opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
+    ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
+    handle = inductor_lamb.step_in_backward(opt, bucket_bytes=200)
+    batches, collectives = [], []
+    step_batch, combine = opt._step_batch, _sharding.combine
+    opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
+    _sharding.combine = lambda *a, **kw: (collectives.append(1), combine(*a, **kw))[1]
+    try:
+        for k in range(4):
+            for m, o in ((model, opt), (ref_model, ref)):
+                set_lr(o, k)
+                x, y = batch(k)
+                nn.functional.mse_loss(m(x).mean(-1, keepdim=True), y).backward()
+                o.step()
+                o.zero_grad()
+    finally:
+        _sharding.combine = combine
+    assert_same_run(opt, ref, f"tensor-parallel {opt_name} stepping in the backward")
+    assert 4 < len(batches) < 4 * len(list(model.parameters())), batches
+    assert len(collectives) == (len(batches) if opt._layout.spec.reductions else 0), (len(collectives), batches)
+    handle.remove()
+    # A plain param whose grad is made last (its hook fires after the DTensor params'): refused
+    # at the backward's first hook, before anything steps.
+    scale = nn.Parameter(torch.ones(()))
+    opt = OPTIMIZERS[opt_name]([("scale", scale)] + list(model.named_parameters()))
+    inductor_lamb.step_in_backward(opt)
+    before = [full(p).detach().clone() for p in model.parameters()]
+    x, y = batch(0)
+    try:
+        nn.functional.mse_loss(model(x * scale).mean(-1, keepdim=True), y).backward()
+    except RuntimeError as e:
+        assert f"param 0 of {type(opt).__name__}'s param group 0 is a plain tensor in a process group of 2 " \
+            "ranks" in str(e), e
+    else:
+        raise AssertionError("a plain param among DTensor params was not refused")
+    assert all(torch.equal(full(p), q) for p, q in zip(model.parameters(), before))
 
 
 # ---- bad input ----------------------------------------------------------------------------

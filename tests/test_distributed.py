@@ -65,9 +65,10 @@ def test_dcp_checkpoint_of_steps_in_the_backward_resumes_at_another_world_size(t
     spawn("dcp_resume", 3, names, str(tmp_path / "b"), True)
 
 
-def test_fsdp2_steps_in_the_backward_and_ddp_is_refused():
-    """step_in_backward on FSDP2's sharded params: the whole model's ordinary run, one collective
-    of partial norms a batch; DDP's plain params refused."""
+def test_fsdp2_and_tensor_parallel_step_in_the_backward_and_ddp_is_refused():
+    """step_in_backward on FSDP2's sharded params: the whole model's ordinary run, one batch and
+    one collective of partial norms a fully_shard group; on tensor-parallel params, by
+    bucket_bytes; plain params in several ranks (DDP's, or one among DTensors) refused."""
     spawn("fsdp_in_backward", 2, ["lamb", "lamb16", "lars", "adagrad", "novograd", "lamb16_sr_bf16"])
 
 

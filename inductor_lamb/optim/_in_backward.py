@@ -9,7 +9,8 @@ How: a post-accumulate-grad hook on every param of the optimizer (it fires once 
 after the last contribution to the grad, also for a param used twice) collects the param into
 a batch; a batch of ``bucket_bytes`` of grads steps as one fused call per bucket
 (``FusedOptimizer._step_batch``: the :class:`~._route.Route` ``IN_BACKWARD``, planned like a
-whole group's step), and its grads are freed. The end of the backward (the autograd engine's
+whole group's step), and its grads are freed. Params whose hooks another caller runs together
+(FSDP2, for a group's params after their reduce-scatter) are one batch, whatever its size. The end of the backward (the autograd engine's
 queued callback) steps what is left. ``opt.step()`` then finds no grads left (it steps what did
 not step in the backward) and ``opt.zero_grad()`` none to free: a training loop stays as it was.
 
@@ -73,6 +74,7 @@ class StepInBackward:
         self._hook_new_groups()
         self._pending: dict[int, list[int]] = {}
         self._pending_bytes = 0
+        self._caller: Any = None   # who ran the pending params' hooks (_private.hook_caller)
         self._tasks: set[int] = set()  # the graph tasks of the backward running now (a reentrant one's too)
         self._open = 0             # of those, the ones whose end has not run
         self._lock = threading.RLock()
@@ -173,6 +175,7 @@ class StepInBackward:
             self._check(p)
             self._pending.clear()  # (left by a backward that failed: their grads stay for opt.step())
             self._pending_bytes = 0
+            self._caller = None
         task = _private.graph_task_id()
         if task not in self._tasks:
             # The first hook of a backward, or of a backward run inside it (a reentrant
@@ -184,9 +187,16 @@ class StepInBackward:
             raise RuntimeError(f"step_in_backward: param {place} of {type(self.optimizer).__name__}'s param group "
                                f"{index} was replaced since it was hooked; remove() the handle before changing "
                                "the groups, and hook them again")
+        caller = _private.hook_caller()
+        if caller is not self._caller:
+            # Params handed over together (FSDP2 runs the hooks of a group's params after their
+            # reduce-scatter) step as one batch: one collective of partial norms a group. Those
+            # handed over before, by another caller, are complete.
+            self._step_pending()
+            self._caller = caller
         self._pending.setdefault(index, []).append(place)
         self._pending_bytes += p.numel() * p.element_size()  # (a DTensor's global size: the same on every rank)
-        if self._pending_bytes >= self.bucket_bytes:
+        if caller is None and self._pending_bytes >= self.bucket_bytes:  # (autograd's own: a hook per grad made)
             self._step_pending()
 
     def _check(self, p: Tensor) -> None:
@@ -208,20 +218,25 @@ class StepInBackward:
             raise RuntimeError(f"step_in_backward: {type(opt).__name__}'s param groups changed since its params were "
                                "hooked; remove() the handle before changing them, and hook them again")
         self._hook_new_groups()
-        if _several_ranks() and not _is_dtensor(p):
-            raise RuntimeError(
-                f"step_in_backward: {type(opt).__name__}'s params are plain tensors in a process group of "
-                f"{torch.distributed.get_world_size()} ranks: DDP averages the grads after the backward, and a "
-                "step inside it would read this rank's own. Step after the backward (remove the handle), or "
-                "shard the params with FSDP2 (fully_shard), whose hooks run after the reduce-scatter")
+        if _several_ranks():  # (every param: the first hooks may be a DTensor's, a later one a plain's)
+            plain = next(((i, j) for i, params in enumerate(self._groups) for j, q in enumerate(params)
+                          if q.requires_grad and not _is_dtensor(q)), None)
+            if plain is not None:
+                raise RuntimeError(
+                    f"step_in_backward: param {plain[1]} of {type(opt).__name__}'s param group {plain[0]} is a "
+                    f"plain tensor in a process group of {torch.distributed.get_world_size()} ranks: DDP averages "
+                    "the grads after the backward, and a step inside it would read this rank's own. Step after "
+                    "the backward (remove the handle), or shard the params with FSDP2 (fully_shard), whose hooks "
+                    "run after the reduce-scatter")
 
     def _end(self) -> None:
         """The end of a backward (or of one run inside it): what is left steps."""
         with self._lock:
             self._open -= 1
+            self._step_pending()
             if self._open == 0:
                 self._tasks.clear()
-            self._step_pending()
+                self._caller = None
 
     def _step_pending(self) -> None:
         if not self._pending:
@@ -345,7 +360,8 @@ def step_in_backward(opt: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> S
         opt: an inductor_lamb optimizer.
         bucket_bytes: the grads (in bytes) a batch collects before it steps as one fused call
             per bucket; what is left steps at the end of the backward. 0: every param steps
-            alone, as soon as its grad is made.
+            alone, as soon as its grad is made. (Under FSDP2 each group's params step as one
+            batch, as its reduce-scatter hands them over, whatever their size.)
 
     Returns:
         A handle: ``handle.remove()`` returns to ordinary steps, ``with handle.no_step():``
