@@ -26,8 +26,11 @@ def run(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedPr
 def test_mnist_main_job():
     done = run("train_mnist.py", "--max-steps", "20", "--threads", "1")
     out = done.stdout
-    # Its progress bar is all it writes to stderr: no warning of torch's (the compiled step's)
-    assert not re.search(r"warn|W\d{4} ", done.stderr, re.I), done.stderr[-2000:]
+    # Its progress bar is all it writes to stderr: no warning of torch's (the compiled step's).
+    # (A CUDA build of torch on a machine without a GPU notes where it found the toolkit when
+    # Inductor first loads its C++ builder: a fact of the machine, not of the step.)
+    stderr = re.sub(r"[^\n]*No CUDA runtime is found, using CUDA_HOME=[^\n]*", "", done.stderr)
+    assert not re.search(r"warn|W\d{4} ", stderr, re.I), stderr[-2000:]
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", out).group(1))
     assert accuracy > 30.0, out  # (20 steps of a 10-class problem: well above chance)
     assert re.search(r"compiled the training step in [\d.]+ s", out), out

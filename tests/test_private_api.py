@@ -1,5 +1,5 @@
 """Every private torch symbol the package uses is listed in ``inductor_lamb._private`` and still
-exists in the installed torch (CI runs this under every supported torch: 2.13 and 2.14.1); no
+exists in the installed torch (CI runs this under every supported torch release); no
 module of the package reaches one any other way; a feature that must do without one warns."""
 
 from __future__ import annotations

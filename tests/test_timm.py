@@ -1,6 +1,6 @@
 """timm builds this package's optimizers by name (inductor_lamb.integrations.timm) with its
 conventions, and where the equations agree they train a small timm model like timm's own
-``lamb`` and ``lars``. timm imports torchvision: CI's torch 2.14.1 leg, where it installs."""
+``lamb`` and ``lars``. timm imports torchvision: CI's newest-release step, where it installs."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ really: its llama3 debug model (two layers) on CPU ranks with gloo, launched by 
 on 2, and both at once on 4 (FSDP2 over tensor parallel lays params out as _StridedShard),
 each step of ``Lamb`` is a plain LAMB's step on whole tensors (norms of full tensors), checked
 in the run; a distributed checkpoint resumes to the same losses; Lamb16, Lars and Adagrad train under
-FSDP2 x tensor parallel. TorchTitan 0.3.0 needs torch 2.14 (CI's second leg)."""
+FSDP2 x tensor parallel. TorchTitan 0.3.0 needs torch 2.14 or newer (CI's newest-release step)."""
 
 from __future__ import annotations
 

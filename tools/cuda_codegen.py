@@ -7,7 +7,7 @@ by Inductor's count) with the compile time, beside torch's compiled AdamW on the
     python -m tools.cuda_codegen --n 10 100 --opt Lamb Lamb16 --paths lowering --json out.json
     python -m tools.cuda_codegen --workload train      # forward, backward and step in one graph
 
-Needs a CUDA build of torch with Triton (torch 2.14.1: ``pip install torch==2.14.1``), no GPU.
+Needs a CUDA build of torch with Triton (torch 2.14 or 2.15: ``pip install torch==2.14.1``), no GPU.
 This is generated code for a described GPU, not a GPU measurement: nothing here runs on a GPU.
 
 Workloads: ``step``, ``torch.compile(opt.step)`` over N float32 params of BERT-like shapes

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 # (torch major.minor, Triton major.minor) pairs this module's shims were checked against.
-TESTED_TORCH = {("2.14", "3.8")}
+TESTED_TORCH = {("2.14", "3.8"), ("2.15", "3.9")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,14 +38,14 @@ const K& select_kernels(const K& generic, const K* avx2, const K* avx512) {
 #define INDUCTOR_LAMB_PTR_AVX2(name) &name##_AVX2
 #else
 #define INDUCTOR_LAMB_DECL_AVX2(T, name)
-#define INDUCTOR_LAMB_PTR_AVX2(name) nullptr
+#define INDUCTOR_LAMB_PTR_AVX2(name) static_cast<decltype(&name##_DEFAULT)>(nullptr)  // (K deduced)
 #endif
 #ifdef INDUCTOR_LAMB_HAVE_AVX512
 #define INDUCTOR_LAMB_DECL_AVX512(T, name) extern const T name##_AVX512;
 #define INDUCTOR_LAMB_PTR_AVX512(name) &name##_AVX512
 #else
 #define INDUCTOR_LAMB_DECL_AVX512(T, name)
-#define INDUCTOR_LAMB_PTR_AVX512(name) nullptr
+#define INDUCTOR_LAMB_PTR_AVX512(name) static_cast<decltype(&name##_DEFAULT)>(nullptr)
 #endif
 
 // Declares the per-ISA tables of a kernel family (at namespace inductor_lamb::cpu).
