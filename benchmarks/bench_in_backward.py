@@ -3,14 +3,16 @@ peak memory of a training step in bytes a param, and the step's time, beside tor
 and PyTorch's tutorial pattern (one optimizer per param, stepped from each param's hook).
 
     python -m benchmarks.bench_in_backward [--threads 2] [--rounds 3] [--plot benchmarks/bench_in_backward.png]
+    python -m benchmarks.bench_in_backward --device cuda [--rounds 3]
 
-Every row runs in a fresh process (``--row``), with glibc told to return freed large blocks to
-the system (``MALLOC_MMAP_THRESHOLD_=65536``: without it a process keeps them and the rows hardly
-differ). Its peak is the process's peak resident memory (``ru_maxrss``) over 8 training steps,
-less its resident memory before the model was made (after the same steps of a tiny model, which
-load what the first step imports: about 100 MB of code, not memory a param); divided by the params, it is what the
-params, the optimizer state, the grads alive at the peak, the activations and the step's
-temporaries take per param. Time: the median training step (forward, backward, step) of the
+Every row runs in a fresh process (``--row``). On the CPU, glibc is told to return freed large
+blocks to the system (``MALLOC_MMAP_THRESHOLD_=65536``: without it a process keeps them and the
+rows hardly differ); a row's peak is the process's peak resident memory (``ru_maxrss``) over 8
+training steps, less its resident memory before the model was made (after the same steps of a
+tiny model, which load what the first step imports: about 100 MB of code, not memory a param).
+On a GPU it is ``torch.cuda.max_memory_allocated()`` over the 8 steps less what was allocated
+before the model. Divided by the params, it is what the params, the optimizer state, the grads
+alive at the peak, the activations and the step's temporaries take per param. Time: the median training step (forward, backward, step) of the
 last 6. Rows alternate in each round (these hosts are noisy); the table gives each row's median
 over the rounds, and the ratio to the ordinary step of the same optimizer and params.
 
@@ -52,7 +54,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: int) -> dict:
+def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: int, device: str = "cpu") -> dict:
     """One row, in this (fresh) process."""
     import torch
 
@@ -60,6 +62,11 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
 
     torch.set_num_threads(threads)
     dtype = getattr(torch, dtype_name)
+    cuda = device == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
 
     def make(params):
         if opt_name == "adamw":
@@ -69,9 +76,9 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
 
     def train(layers: int, width: int) -> tuple[list[float], int, int]:
         """8 training steps of a fresh model; the step times, the op calls a backward, the params."""
-        x = torch.randn(16, width, generator=torch.Generator().manual_seed(0)).to(dtype)
+        x = torch.randn(16, width, generator=torch.Generator().manual_seed(0)).to(device, dtype)
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*(torch.nn.Linear(width, width, dtype=dtype) for _ in range(layers)))
+        model = torch.nn.Sequential(*(torch.nn.Linear(width, width, dtype=dtype) for _ in range(layers))).to(device)
         calls = 0
         if how == "tutorial":  # PyTorch's tutorial: an optimizer per param, stepped in its hook
             per_param = {p: make([p]) for p in model.parameters()}
@@ -97,19 +104,23 @@ def run_row(opt_name: str, dtype_name: str, how: str, model_name: str, threads: 
                 opt._step_batch = counted
         times = []
         for _ in range(8):
+            sync()
             t0 = time.perf_counter()
             model(x).float().square().mean().backward()
             if opt is not None:
                 opt.step()
                 opt.zero_grad()
+            sync()
             times.append(time.perf_counter() - t0)
         return times, calls, sum(p.numel() for p in model.parameters())
 
     # (a small run first: what the first step loads, torch's and ours, is code, not memory a param)
     train(2, 32)
-    base = rss_bytes()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if cuda else rss_bytes()
     times, calls, n = train(*MODELS[model_name])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"bytes_per_param": (peak - base) / n, "step_ms": 1e3 * statistics.median(times[2:]),
             "calls_per_backward": calls / 8 if how == "in_backward" else None, "params": n}
 
@@ -119,11 +130,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", choices=list(MODELS), nargs="+", default=list(MODELS))
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--plot", default=None, help="a bar chart of the wide model's bytes a param")
     ap.add_argument("--row", nargs=4, metavar=("OPT", "DTYPE", "HOW", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.row:
-        print(json.dumps(run_row(*args.row, args.threads)))
+        print(json.dumps(run_row(*args.row, args.threads, args.device)))
         return
     from tqdm import tqdm
 
@@ -134,9 +146,16 @@ def main() -> None:
     results: dict[tuple, list[dict]] = {}
     for model, (name, opt, dtype, how) in tqdm(jobs, desc="rows (a fresh process each)"):
         out = subprocess.run([sys.executable, "-m", "benchmarks.bench_in_backward", "--threads", str(args.threads),
-                              "--row", opt, dtype, how, model], env=env, check=True, capture_output=True, text=True)
+                              "--device", args.device, "--row", opt, dtype, how, model], env=env, check=True,
+                             capture_output=True, text=True)
         results.setdefault((model, name, how), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"# {machine_line(args.threads)}; {args.rounds} rounds; MALLOC_MMAP_THRESHOLD_=65536")
+    how_read = ("torch.cuda.max_memory_allocated" if args.device == "cuda"
+                else "ru_maxrss, MALLOC_MMAP_THRESHOLD_=65536")
+    if args.device == "cuda":
+        import torch
+
+        how_read += f"; {torch.cuda.get_device_name()}, torch {torch.__version__}"
+    print(f"# {machine_line(args.threads)}; {args.device}; {args.rounds} rounds; peak memory: {how_read}")
     for model in args.model:
         layers, width = MODELS[model]
         n = results[(model, ROWS[0][0], ROWS[0][3])][0]["params"]

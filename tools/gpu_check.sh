@@ -7,7 +7,8 @@
 #                                    # against their torch twins, an ncu profile of LAMB16's,
 #                                    # LAMB's and Adagrad's kernels (about 3.5 minutes on an
 #                                    # H100: build and tests 90 s each)
-#   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), FSDP2 + Lamb
+#   bash tools/gpu_check.sh 2        # build (kept when the machine is still warm), the step
+#                                    # inside the backward's peak memory, FSDP2 + Lamb
 #                                    # on NCCL (world size 1) against CPU/gloo, the compiled
 #                                    # training recipes with reduce-overhead (bench_recipes), the
 #                                    # GPT-2 training step, the step tables' peers (reference,
@@ -58,6 +59,7 @@ summary() {  # our op's rows of every step table, and the GPT-2 table
     [ -f "$f" ] && grep -E "^(LAMB|LAMB16|LARS|ADAGRAD), |^\| inductor_lamb op|^\| torch (AdamW|SGD|Adagrad)|LAMB op \(fp32" "$f"
   done
   [ -f "$out/train_step_gpt2.txt" ] && grep -E "^(GPT-2|\|)" "$out/train_step_gpt2.txt"
+  [ -f "$out/in_backward_cuda.txt" ] && grep -E "^\|" "$out/in_backward_cuda.txt"
   for f in "$out"/train_fsdp_*.txt; do [ -f "$f" ] && { echo "$(basename "$f"):"; grep -i "loss" "$f"; }; done
 }
 
@@ -84,6 +86,11 @@ for half in "${halves[@]}"; do
   elif [ "$half" = 2 ]; then
     # What has run least first: on an H100 the GPT-2 table takes about 5 minutes (a compile of
     # 40-55 s a compiled row), so it comes after FSDP2 (seconds) and the recipes' table.
+    # The step inside the backward: a training step's peak memory (max_memory_allocated) and time,
+    # ordinary against in the backward, beside fused AdamW and the tutorial's pattern (20 fresh
+    # processes: about 2 minutes)
+    timeout 240 $py -m benchmarks.bench_in_backward --device cuda --model wide --rounds 2 2>&1 \
+      | tee "$out/in_backward_cuda.txt"
     # FSDP2 + Lamb on NCCL at world size 1, eager and compiled, and the same run on CPU/gloo
     for args in "" "--compile"; do
       $py -m torch.distributed.run --nproc_per_node 1 examples/train_fsdp.py --steps 30 $args 2>&1 | tail -3 \
