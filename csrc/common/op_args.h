@@ -17,7 +17,7 @@
 // reductions. Scheduled tensors are data: their values are not range-checked (a
 // compiled step could not check them at trace time). Float hyper-parameters must
 // be >= 0 unless the contract lists them as signed.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>

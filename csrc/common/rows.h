@@ -1,7 +1,7 @@
 #pragma once
 // Device-neutral host code shared by the CPU and CUDA glue: the per-index rows
 // of an op's tensor lists, as raw pointers in one memory layout.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <memory>
 #include <vector>

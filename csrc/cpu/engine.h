@@ -3,7 +3,10 @@
 // selection of the per-ISA kernel tables, chunking, deterministic per-tensor
 // reductions, and CpuCall, what every CPU op call does around its kernels.
 // (Argument checks and layouts are device-neutral: csrc/common/.)
-#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>

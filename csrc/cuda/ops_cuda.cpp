@@ -5,6 +5,8 @@
 // No step syncs the host: lr, steps, grad_scale and found_inf are read by the kernels, and
 // the tensor table (pointers, sizes, alignment, chunks) goes up asynchronously from pinned
 // memory ahead of the kernels (a call captured into a CUDA graph: a table the graph owns).
+#include <ATen/ops/empty.h>
+#include <ATen/ops/reciprocal.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>

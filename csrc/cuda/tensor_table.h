@@ -6,7 +6,8 @@
 //     copy from pinned memory that torch's host allocator keeps until the copy is done. Nothing
 //     outlives the call; no host sync.
 //   * a call captured into a CUDA graph: a table the graph owns (common/graph_tables.h).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <cstdint>
 #include <string>
