@@ -288,30 +288,41 @@ def fsdp_in_backward(rank: int, world: int, opt_names: list[str]) -> None:
     assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))
 
 
-def _fsdp_in_backward(opt_name: str, mesh) -> None:
+def _in_backward_beside_ordinary(model: nn.Module, opt: Any, ref_model: nn.Module, ref: Any, steps: range,
+                                 out: Callable[[nn.Module, torch.Tensor], torch.Tensor] = lambda m, x: m(x)) -> tuple:
+    """Trains ``model`` with ``opt`` (stepping in the backward: the caller made its handle) beside
+    ``ref_model`` with ``ref`` (ordinary steps), the lr set before each backward; returns the
+    batches ``opt`` stepped and the collectives of partial norms they ran."""
     from inductor_lamb.optim import _sharding
 
+    batches, collectives = [], []
+    step_batch, combine = opt._step_batch, _sharding.combine
+    opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
+    _sharding.combine = lambda *a, **kw: (collectives.append(1), combine(*a, **kw))[1]
+    try:
+        for k in steps:
+            for m, o in ((model, opt), (ref_model, ref)):
+                set_lr(o, k)  # (before the backward, which steps)
+                x, y = batch(k)
+                nn.functional.mse_loss(out(m, x), y).backward()
+                o.step()
+                o.zero_grad()
+    finally:
+        _sharding.combine = combine
+        del opt._step_batch
+    return batches, collectives
+
+
+def _fsdp_in_backward(opt_name: str, mesh) -> None:
     ref_model = make_model()
     model = shard_model(copy.deepcopy(ref_model), mesh)
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
     ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
     inductor_lamb.step_in_backward(opt, bucket_bytes=200)  # (smaller than a group: no matter under FSDP2)
     where = {id(p): (i, j) for i, g in enumerate(opt.param_groups) for j, p in enumerate(g["params"])}
-    groups = sorted(sorted(where[id(p)] for p in layer.parameters()) for layer in model if any(True for _ in layer.parameters()))
-    batches, collectives = [], []
-    step_batch, combine = opt._step_batch, _sharding.combine
-    opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
-    _sharding.combine = lambda *a, **kw: (collectives.append(1), combine(*a, **kw))[1]
-    try:
-        for k in range(5):
-            for m, o in ((model, opt), (ref_model, ref)):
-                set_lr(o, k)  # (before the backward, which steps)
-                x, y = batch(k)
-                nn.functional.mse_loss(m(x), y).backward()
-                o.step()
-                o.zero_grad()
-    finally:
-        _sharding.combine = combine
+    groups = sorted(sorted(where[id(p)] for p in layer.parameters())
+                    for layer in model if any(True for _ in layer.parameters()))
+    batches, collectives = _in_backward_beside_ordinary(model, opt, ref_model, ref, range(5))
     assert_same_run(opt, ref, f"FSDP2 {opt_name} stepping in the backward")
     assert all(p.grad is None for p in model.parameters())
     # one batch a fully_shard group and backward, its params all of that group's
@@ -331,13 +342,7 @@ def _fsdp_compiled_in_backward(mesh) -> None:
     opt, ref = Lamb(model.parameters(), lr=LRS[0]), Lamb(ref_model.parameters(), lr=LRS[0])
     compiled = torch.compile(model)
     with inductor_lamb.step_in_backward(opt):
-        for k in range(3):
-            for m, o in ((compiled, opt), (ref_model, ref)):
-                set_lr(o, k)
-                x, y = batch(k)
-                nn.functional.mse_loss(m(x), y).backward()
-                o.step()
-                o.zero_grad()
+        _in_backward_beside_ordinary(compiled, opt, ref_model, ref, range(3))
     assert_same_run(opt, ref, "FSDP2 with a compiled forward, stepping in the backward")
 
     def train_step(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -362,7 +367,6 @@ def _tp_in_backward(opt_name: str, mesh) -> None:
     process group of several ranks, is refused before anything steps."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    from inductor_lamb.optim import _sharding
 
     torch.manual_seed(1)
     # (4 outputs, averaged: a Linear sharded by rows needs as many rows as ranks for its grad
@@ -373,20 +377,8 @@ def _tp_in_backward(opt_name: str, mesh) -> None:
     opt = OPTIMIZERS[opt_name](list(model.named_parameters()))
     ref = OPTIMIZERS[opt_name](list(ref_model.named_parameters()))
     handle = inductor_lamb.step_in_backward(opt, bucket_bytes=200)
-    batches, collectives = [], []
-    step_batch, combine = opt._step_batch, _sharding.combine
-    opt._step_batch = lambda batch, **kw: (batches.append(batch), step_batch(batch, **kw))
-    _sharding.combine = lambda *a, **kw: (collectives.append(1), combine(*a, **kw))[1]
-    try:
-        for k in range(4):
-            for m, o in ((model, opt), (ref_model, ref)):
-                set_lr(o, k)
-                x, y = batch(k)
-                nn.functional.mse_loss(m(x).mean(-1, keepdim=True), y).backward()
-                o.step()
-                o.zero_grad()
-    finally:
-        _sharding.combine = combine
+    batches, collectives = _in_backward_beside_ordinary(model, opt, ref_model, ref, range(4),
+                                                        lambda m, x: m(x).mean(-1, keepdim=True))
     assert_same_run(opt, ref, f"tensor-parallel {opt_name} stepping in the backward")
     assert 4 < len(batches) < 4 * len(list(model.parameters())), batches
     assert len(collectives) == (len(batches) if opt._layout.spec.reductions else 0), (len(collectives), batches)
